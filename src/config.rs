@@ -1,0 +1,180 @@
+//! Layered configuration: `config/default.toml` (compiled in) ← optional file named by
+//! `DIRICHLET_CONFIG` ← environment (`DIRICHLET_<KEY>`, and `DATABASE_URL`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+const DEFAULTS: &str = include_str!("../config/default.toml");
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub database_url: String,
+    #[serde(default)]
+    pub admin_token: Option<String>,
+    #[serde(default)]
+    pub fingerprint_key: Option<String>,
+    pub max_dimension: usize,
+    pub max_body_bytes: usize,
+    pub request_timeout_ms: u64,
+    pub db_acquire_timeout_ms: u64,
+    pub db_max_connections: u32,
+    pub retry_after_secs: u64,
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub max_page_size: u32,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("invalid configuration in {origin}: {message}")]
+    Invalid { origin: String, message: String },
+}
+
+impl Settings {
+    /// Defaults only (what tests start from).
+    pub fn defaults() -> Settings {
+        Self::from_layers(&[], |_| None).expect("config/default.toml is valid")
+    }
+
+    /// Defaults ← `DIRICHLET_CONFIG` file ← process environment.
+    pub fn load() -> Result<Settings, ConfigError> {
+        let mut files = Vec::new();
+        if let Ok(path) = std::env::var("DIRICHLET_CONFIG") {
+            let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+            files.push((path, text));
+        }
+        Self::from_layers(&files, |name| std::env::var(name).ok())
+    }
+
+    /// The layering itself, with the environment injected so it can be tested.
+    pub fn from_layers(files: &[(String, String)], env: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
+        let mut table: toml::Table = DEFAULTS.parse().map_err(|e: toml::de::Error| ConfigError::Invalid {
+            origin: "config/default.toml".into(),
+            message: e.to_string(),
+        })?;
+        for (origin, text) in files {
+            let layer: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Invalid {
+                origin: origin.clone(),
+                message: e.to_string(),
+            })?;
+            table.extend(layer);
+        }
+        const KEYS: &[&str] = &[
+            "listen",
+            "database_url",
+            "admin_token",
+            "fingerprint_key",
+            "max_dimension",
+            "max_body_bytes",
+            "request_timeout_ms",
+            "db_acquire_timeout_ms",
+            "db_max_connections",
+            "retry_after_secs",
+            "log_format",
+            "log_level",
+            "max_page_size",
+        ];
+        if let Some(url) = env("DATABASE_URL") {
+            table.insert("database_url".into(), toml::Value::String(url));
+        }
+        for key in KEYS {
+            let var = format!("DIRICHLET_{}", key.to_uppercase());
+            if let Some(raw) = env(&var) {
+                // Numbers stay numbers; everything else is a string.
+                let value = raw.parse::<i64>().map(toml::Value::Integer).unwrap_or(toml::Value::String(raw));
+                table.insert((*key).into(), value);
+            }
+        }
+        let settings: Settings = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| ConfigError::Invalid {
+            origin: "configuration".into(),
+            message: e.to_string(),
+        })?;
+        settings.check()?;
+        Ok(settings)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let invalid = |message: &str| ConfigError::Invalid { origin: "configuration".into(), message: message.into() };
+        if self.max_dimension < 2 {
+            return Err(invalid("max_dimension must be at least 2"));
+        }
+        if self.max_page_size == 0 {
+            return Err(invalid("max_page_size must be at least 1"));
+        }
+        if self.db_max_connections == 0 {
+            return Err(invalid("db_max_connections must be at least 1"));
+        }
+        if let Some(token) = &self.admin_token {
+            if token.len() < 16 {
+                return Err(invalid("admin_token must be at least 16 characters"));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
+    }
+    pub fn db_acquire_timeout(&self) -> Duration {
+        Duration::from_millis(self.db_acquire_timeout_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse() {
+        let s = Settings::defaults();
+        assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
+        assert!(s.database_url.starts_with("sqlite://"));
+        assert_eq!(s.admin_token, None);
+    }
+
+    #[test]
+    fn environment_overrides_file_overrides_defaults() {
+        let files = vec![("f.toml".to_string(), "listen = \"0.0.0.0:9000\"\nmax_dimension = 50\n".to_string())];
+        let s = Settings::from_layers(&files, |k| match k {
+            "DIRICHLET_MAX_DIMENSION" => Some("70".into()),
+            "DATABASE_URL" => Some("postgres://x@h/db".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(s.listen.to_string(), "0.0.0.0:9000");
+        assert_eq!(s.max_dimension, 70);
+        assert_eq!(s.database_url, "postgres://x@h/db");
+    }
+
+    #[test]
+    fn dirichlet_database_url_wins_over_database_url() {
+        let s = Settings::from_layers(&[], |k| match k {
+            "DIRICHLET_DATABASE_URL" => Some("sqlite://a.db".into()),
+            "DATABASE_URL" => Some("sqlite://b.db".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(s.database_url, "sqlite://a.db");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        let files = vec![("f.toml".to_string(), "lisen = \"x\"\n".to_string())];
+        assert!(Settings::from_layers(&files, |_| None).is_err());
+        assert!(Settings::from_layers(&[], |k| (k == "DIRICHLET_LISTEN").then(|| "nope".into())).is_err());
+        assert!(Settings::from_layers(&[], |k| (k == "DIRICHLET_ADMIN_TOKEN").then(|| "short".into())).is_err());
+    }
+}

@@ -1,0 +1,250 @@
+//! The privacy ledger: budget rules and the storage contract.
+//!
+//! Each dataset has a fixed-order RDP *filter*: one running sum at the budget order λ₀, and a
+//! release is admitted only if `spent + charge ≤ total` at that order (PRIVACY-MATH.md,
+//! "Composition and the ledger"). Admission, the charge and the stored release are one
+//! transaction inside [`LedgerStore::commit_release`]; nothing else in the service may decide
+//! admission.
+
+pub mod charge;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+pub use charge::{charge_for, Units, UnitsError};
+
+use crate::privacy::convert::rdp_to_dp;
+use crate::privacy::{Delta, Order, Sensitivity};
+
+/// A dataset's (ε, δ) target, when it was registered with one.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DpTarget {
+    pub epsilon: f64,
+    pub delta: f64,
+}
+
+/// What is stored about a dataset. `total` is the RDP budget at `order`, on the ledger grid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dataset {
+    pub id: Uuid,
+    pub name: String,
+    pub order: Order,
+    pub total: Units,
+    pub dp_target: Option<DpTarget>,
+    pub sensitivity: Sensitivity,
+    /// `replace_one`, `add_remove_one` or `custom`.
+    pub neighbouring: String,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+    pub spent: Units,
+    pub releases: i64,
+}
+
+impl Dataset {
+    pub fn budget(&self) -> BudgetState {
+        BudgetState {
+            order: self.order,
+            total: self.total,
+            spent: self.spent,
+            releases: self.releases,
+            dp_target: self.dp_target,
+        }
+    }
+}
+
+/// A dataset's ledger at one instant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BudgetState {
+    pub order: Order,
+    pub total: Units,
+    pub spent: Units,
+    pub releases: i64,
+    pub dp_target: Option<DpTarget>,
+}
+
+impl BudgetState {
+    pub fn remaining(&self) -> Units {
+        self.total.saturating_sub(self.spent)
+    }
+
+    /// The admission rule of the filter. The stores implement the same comparison in SQL, inside
+    /// the transaction; this copy is for pre-checks (saving a sample that would be refused) and
+    /// previews, never for the decision itself.
+    pub fn admits(&self, charge: Units) -> bool {
+        self.spent.checked_add(charge).is_some_and(|after| after <= self.total)
+    }
+
+    /// The (ε, δ) guarantee implied by an RDP amount at this ledger's order (CKS20), when the
+    /// dataset has a δ. Zero spent means zero ε.
+    pub fn dp_view(&self, amount: Units) -> Option<f64> {
+        let target = self.dp_target?;
+        let delta = Delta::new(target.delta).ok()?;
+        if amount == Units::ZERO {
+            return Some(0.0);
+        }
+        Some(rdp_to_dp(self.order, amount.to_f64(), delta).max(0.0))
+    }
+}
+
+/// A dataset about to be registered.
+#[derive(Debug, Clone)]
+pub struct NewDataset {
+    pub id: Uuid,
+    pub name: String,
+    pub order: Order,
+    pub total: Units,
+    pub dp_target: Option<DpTarget>,
+    pub sensitivity: Sensitivity,
+    pub neighbouring: String,
+    pub created_by: String,
+}
+
+/// The retry identity of a release request: the client's `Idempotency-Key` and a keyed hash
+/// (HMAC-SHA-256 under the server's fingerprint key) of the canonical request. The hash lets a
+/// retry be told from a different request without storing anything readable about the counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    pub key: String,
+    pub fingerprint: [u8; 32],
+}
+
+/// A release about to be charged and stored. Contains the *output* only, never the counts.
+#[derive(Debug, Clone)]
+pub struct NewRelease {
+    pub id: Uuid,
+    pub dataset_id: Uuid,
+    pub created_by: String,
+    /// The mechanism record as returned to clients (kind, r, alpha, sigma, scale, calibration).
+    pub mechanism: serde_json::Value,
+    pub cost: Units,
+    pub distribution: Vec<f64>,
+    pub idempotency: Option<Idempotency>,
+}
+
+/// A stored release.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Release {
+    pub id: Uuid,
+    pub dataset_id: Uuid,
+    /// 1, 2, … per dataset in commit order.
+    pub seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+    pub mechanism: serde_json::Value,
+    /// Charged at the dataset's order.
+    pub cost: Units,
+    pub distribution: Vec<f64>,
+    pub idempotency_key: Option<String>,
+}
+
+/// How [`LedgerStore::commit_release`] ended. Only `Committed` may reveal the new output.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CommitOutcome {
+    /// Charged and stored in one transaction; `budget` is the state right after it.
+    Committed { release: Release, budget: BudgetState },
+    /// Refused by the filter; nothing was written. `budget` is the state that refused it.
+    Exhausted { budget: BudgetState },
+    /// A release with this idempotency key already exists (possibly committed by a concurrent
+    /// request); nothing was written. The caller compares fingerprints.
+    Existing { release: Release, fingerprint: [u8; 32] },
+    /// No such dataset; nothing was written.
+    DatasetNotFound,
+}
+
+/// Role of an API token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Admin,
+    Analyst,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::Analyst => "analyst",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "admin" => Some(Role::Admin),
+            "analyst" => Some(Role::Analyst),
+            _ => None,
+        }
+    }
+}
+
+/// A stored token: its public id, SHA-256 of its secret part, role and dataset scope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRecord {
+    pub id: String,
+    pub secret_hash: [u8; 32],
+    pub role: Role,
+    pub datasets: Vec<Uuid>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Per-dataset ledger figures for `/metrics`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LedgerSummary {
+    pub dataset_id: Uuid,
+    pub total: Units,
+    pub spent: Units,
+    pub releases: i64,
+}
+
+/// Storage failures. `Unavailable` is the database being unreachable, read-only, full or busy
+/// past its timeout (→ 503 with Retry-After); `Corrupt` is a stored value the ledger cannot
+/// interpret; `Internal` is anything else. Messages never contain request data.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    #[error("stored data cannot be interpreted: {0}")]
+    Corrupt(String),
+    #[error("database error: {0}")]
+    Internal(String),
+}
+
+/// One storage contract, implemented by [`crate::store::postgres`] and [`crate::store::sqlite`].
+/// Operations are coarse and each is atomic on its own.
+#[async_trait]
+pub trait LedgerStore: Send + Sync + 'static {
+    /// `"postgres"` or `"sqlite"`.
+    fn backend(&self) -> &'static str;
+
+    /// A cheap round trip to the database (readiness).
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    async fn create_dataset(&self, new: &NewDataset) -> Result<Dataset, StoreError>;
+    async fn get_dataset(&self, id: Uuid) -> Result<Option<Dataset>, StoreError>;
+    /// All datasets, or only those in `only`, oldest first.
+    async fn list_datasets(&self, only: Option<&[Uuid]>) -> Result<Vec<Dataset>, StoreError>;
+
+    /// Check, charge and record, in one transaction that serialises releases of the dataset
+    /// (row lock on PostgreSQL, an immediate write transaction on SQLite): if a release with
+    /// the same idempotency key exists → `Existing`; else if `spent + cost > total` →
+    /// `Exhausted`; else store the release, add its cost to `spent`, increment `releases`,
+    /// commit → `Committed`. Any error leaves nothing written.
+    async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError>;
+
+    /// The release stored under an idempotency key, with its fingerprint.
+    async fn find_by_idempotency_key(&self, dataset_id: Uuid, key: &str) -> Result<Option<(Release, [u8; 32])>, StoreError>;
+    async fn get_release(&self, dataset_id: Uuid, release_id: Uuid) -> Result<Option<Release>, StoreError>;
+    /// Newest first: releases with `seq < before` (all when `None`), at most `limit`.
+    async fn list_releases(&self, dataset_id: Uuid, before: Option<i64>, limit: u32) -> Result<Vec<Release>, StoreError>;
+
+    async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
+    async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError>;
+
+    /// A server-wide secret by name, created from `init` if absent (first writer wins across
+    /// replicas; every caller gets the stored value).
+    async fn secret_or_init(&self, name: &str, init: &[u8]) -> Result<Vec<u8>, StoreError>;
+    async fn get_secret(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Ledger figures of every dataset (for metrics).
+    async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError>;
+}

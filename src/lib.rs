@@ -1,0 +1,15 @@
+//! dirichlet-release: differentially private release of distributions.
+//!
+//! - [`privacy`]: pure math and sampling (no I/O, no async).
+//! - [`ledger`]: budget rules and the storage trait with coarse, transactional operations.
+//! - [`store`]: the SQL of each backend (PostgreSQL, SQLite).
+//! - [`http`]: routes, extractors and the one API error type.
+//! - [`config`], [`telemetry`], [`startup`]: wiring.
+
+pub mod config;
+pub mod http;
+pub mod ledger;
+pub mod privacy;
+pub mod startup;
+pub mod store;
+pub mod telemetry;

@@ -1,0 +1,17 @@
+//! The privacy core: calibration, pricing on the Rényi-DP curve, conversions, sampling and
+//! utility forecasts. Pure functions: no I/O, no async, no global state. Formulas and theorem
+//! numbers are in `PRIVACY-MATH.md` (seed 000 = Ponnoprat, KL minimisation; seed 001 =
+//! Ponnoprat, Dirichlet posterior sampling).
+
+pub mod baseline;
+pub mod calibrate;
+pub mod convert;
+pub mod curve;
+pub mod divergence;
+pub mod sampler;
+pub mod special;
+pub mod types;
+pub mod utility;
+
+pub use calibrate::{calibrate, Calibration, CalibrationError};
+pub use types::{Counts, Delta, DirichletParams, Epsilon, Order, ParamError, Prior, Sensitivity};

@@ -1,0 +1,2 @@
+//! Wiring: configuration → store → state → listener.
+// SKELETON: filled in by the HTTP work.

@@ -1,0 +1,17 @@
+//! Structured logging. Request bodies are never logged: the HTTP trace layer records method,
+//! matched route, status and latency only (see `http::mod`).
+
+use tracing_subscriber::{fmt, EnvFilter};
+
+use crate::config::LogFormat;
+
+/// Install the global subscriber. `RUST_LOG` wins over `level`. Safe to call more than once
+/// (later calls are ignored), which tests rely on.
+pub fn init(format: LogFormat, level: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
