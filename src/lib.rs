@@ -10,6 +10,7 @@ pub mod config;
 pub mod http;
 pub mod ledger;
 pub mod privacy;
+pub mod release;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

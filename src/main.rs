@@ -1,1 +1,35 @@
-fn main() {}
+use dirichlet_release::config::Settings;
+use dirichlet_release::startup::{shutdown_signal, Application};
+use dirichlet_release::telemetry;
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let settings = match Settings::load() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("dirichlet-release: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    telemetry::init(settings.log_format, &settings.log_level);
+    let app = match Application::build(settings).await {
+        Ok(app) => app,
+        Err(e) => {
+            tracing::error!(error = %e, "start-up failed");
+            eprintln!("dirichlet-release: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let addr = app.local_addr();
+    println!("dirichlet-release listening on http://{addr} ({} backend)", app.backend());
+    if let Some(token) = &app.generated_admin_token {
+        println!("Generated admin token (shown once; only its SHA-256 is stored): {token}");
+    }
+    tracing::info!(%addr, backend = app.backend(), "listening");
+    if let Err(e) = app.run_until_stopped(shutdown_signal()).await {
+        tracing::error!(error = %e, "server error");
+        return std::process::ExitCode::FAILURE;
+    }
+    tracing::info!("stopped");
+    std::process::ExitCode::SUCCESS
+}

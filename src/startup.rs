@@ -1,2 +1,127 @@
-//! Wiring: configuration → store → state → listener.
-// SKELETON: filled in by the HTTP work.
+//! Wiring: configuration → store → state → listener, and graceful shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Settings;
+use crate::http::auth::{generate_admin_token, random_bytes, sha256};
+use crate::http::metrics::Metrics;
+use crate::http::{router, AppState};
+use crate::ledger::{LedgerStore, StoreError};
+use crate::store::{self, StoreOptions};
+
+const ADMIN_SECRET: &str = "admin_token_sha256";
+const FINGERPRINT_SECRET: &str = "fingerprint_key";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("cannot open the database: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("invalid fingerprint_key: {0}")]
+    FingerprintKey(String),
+}
+
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+    /// The admin token, when this start generated it (to be shown once).
+    pub generated_admin_token: Option<String>,
+}
+
+impl Application {
+    pub async fn build(settings: Settings) -> Result<Self, StartupError> {
+        let options = StoreOptions { max_connections: settings.db_max_connections, acquire_timeout: settings.db_acquire_timeout() };
+        let store = store::connect(&settings.database_url, &options).await?;
+        let (admin_digest, generated_admin_token) = admin_digest(&settings, store.as_ref()).await?;
+        let fingerprint_key = fingerprint_key(&settings, store.as_ref()).await?;
+        let listener = TcpListener::bind(settings.listen).await.map_err(|source| StartupError::Bind { addr: settings.listen, source })?;
+        let state = AppState {
+            store,
+            settings: Arc::new(settings),
+            admin_digest,
+            fingerprint_key,
+            metrics: Metrics::new(),
+            tasks: TaskTracker::new(),
+        };
+        Ok(Application { listener, state, generated_admin_token })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    pub fn backend(&self) -> &'static str {
+        self.state.store.backend()
+    }
+
+    /// Serve until `shutdown` resolves, then stop accepting, finish in-flight requests and wait
+    /// for release tasks whose clients went away.
+    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let tasks = self.state.tasks.clone();
+        let app = router(self.state);
+        axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await?;
+        tasks.close();
+        tasks.wait().await;
+        Ok(())
+    }
+}
+
+/// The configured admin token wins. Otherwise the digest stored by an earlier start is used, or
+/// a token is generated, its digest stored (first replica wins) and the token returned once.
+async fn admin_digest(settings: &Settings, store: &dyn LedgerStore) -> Result<([u8; 32], Option<String>), StartupError> {
+    if let Some(token) = &settings.admin_token {
+        return Ok((sha256(token.as_bytes()), None));
+    }
+    if let Some(stored) = store.get_secret(ADMIN_SECRET).await? {
+        return Ok((to_key(&stored)?, None));
+    }
+    let token = generate_admin_token();
+    let digest = sha256(token.as_bytes());
+    let stored = store.secret_or_init(ADMIN_SECRET, &digest).await?;
+    let stored = to_key(&stored)?;
+    // Another replica may have won the race: then its token is the admin token, not ours.
+    let generated = (stored == digest).then_some(token);
+    Ok((stored, generated))
+}
+
+async fn fingerprint_key(settings: &Settings, store: &dyn LedgerStore) -> Result<[u8; 32], StartupError> {
+    if let Some(hex_key) = &settings.fingerprint_key {
+        let bytes = hex::decode(hex_key.trim()).map_err(|e| StartupError::FingerprintKey(e.to_string()))?;
+        return bytes.try_into().map_err(|_| StartupError::FingerprintKey("it must be 32 bytes (64 hex digits)".into()));
+    }
+    let stored = store.secret_or_init(FINGERPRINT_SECRET, &random_bytes()).await?;
+    to_key(&stored)
+}
+
+fn to_key(bytes: &[u8]) -> Result<[u8; 32], StartupError> {
+    bytes.try_into().map_err(|_| StartupError::Store(StoreError::Corrupt("a stored secret is not 32 bytes".into())))
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+    tracing::info!("shutdown requested: finishing in-flight requests");
+}

@@ -1,19 +1,92 @@
-//! HTTP layer: routes, extractors, the one API error type.
-// SKELETON: filled in by the HTTP work.
+//! HTTP layer: one `router()` per resource, merged here under the shared layers (tracing,
+//! metrics, timeout, body limit, panic catching) and one problem+json error type.
+
+pub mod auth;
+pub mod datasets;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod ops;
+pub mod releases;
+pub mod tokens;
+pub mod views;
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::Router;
+use tokio_util::task::TaskTracker;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
 
 use crate::config::Settings;
 use crate::ledger::LedgerStore;
+use error::ApiError;
+use metrics::Metrics;
 
 #[derive(Clone)]
 pub struct AppState {
     pub store: Arc<dyn LedgerStore>,
     pub settings: Arc<Settings>,
+    /// SHA-256 of the admin token.
+    pub admin_digest: [u8; 32],
+    /// Key of the idempotency fingerprint HMAC.
+    pub fingerprint_key: [u8; 32],
+    pub metrics: Metrics,
+    /// Release tasks that must finish before shutdown completes.
+    pub tasks: TaskTracker,
 }
 
 pub fn router(state: AppState) -> Router {
-    Router::new().with_state(state)
+    let body_limit = state.settings.max_body_bytes;
+    Router::new()
+        .merge(datasets::router())
+        .merge(releases::router())
+        .merge(tokens::router())
+        .merge(ops::router())
+        .fallback(|| async { ApiError::NotFound("no such route".into()) })
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+        .layer(middleware::from_fn_with_state(state.clone(), track))
+        .layer(CatchPanicLayer::custom(|_| ApiError::Internal("a handler panicked".into()).into_response()))
+        .layer(
+            // Method, route template and request id only: never the body, never the query.
+            TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_default();
+                let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+                tracing::info_span!("request", method = %req.method(), route = %route, request_id = %id)
+            }),
+        )
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .with_state(state)
+}
+
+/// The whole-request timeout, rendered as a problem (tower-http's would answer an empty 408).
+async fn timeout(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    match tokio::time::timeout(state.settings.request_timeout(), next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::Timeout.into_response(),
+    }
+}
+
+/// Request metrics, plus `Retry-After` on every 503.
+async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = req.method().to_string();
+    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());
+    let mut response = next.run(req).await;
+    let status = response.status();
+    if status == StatusCode::SERVICE_UNAVAILABLE && !response.headers().contains_key(header::RETRY_AFTER) {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(state.settings.retry_after_secs));
+    }
+    state.metrics.requests.with_label_values(&[&method, &route, status.as_str()]).inc();
+    state.metrics.latency.with_label_values(&[&method, &route]).observe(started.elapsed().as_secs_f64());
+    response
 }

@@ -1,0 +1,154 @@
+//! `/v1/datasets`: register datasets with a budget, list them, read their ledger.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use uuid::Uuid;
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::extract::{ApiJson, ApiPath};
+use super::views::{BudgetView, DatasetView};
+use super::AppState;
+use crate::ledger::{DpTarget, NewDataset, Units, UnitsError};
+use crate::privacy::convert::{default_order, dp_to_rdp_budget};
+use crate::privacy::{Delta, Epsilon, Order, ParamError, Sensitivity};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/datasets", get(list).post(create))
+        .route("/v1/datasets/{id}", get(show))
+        .route("/v1/datasets/{id}/budget", get(budget))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateDataset {
+    name: String,
+    budget: BudgetRequest,
+    #[serde(default)]
+    sensitivity: Option<SensitivityRequest>,
+    #[serde(default)]
+    neighbouring: Option<Neighbouring>,
+}
+
+/// `{order, epsilon}` (an RDP budget) or `{epsilon, delta, order?}` (an (ε, δ) target).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetRequest {
+    epsilon: f64,
+    #[serde(default)]
+    order: Option<f64>,
+    #[serde(default)]
+    delta: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SensitivityRequest {
+    l2_squared: f64,
+    linf: f64,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "snake_case")]
+pub enum Neighbouring {
+    ReplaceOne,
+    AddRemoveOne,
+}
+
+pub(super) fn param_error(field: &str, e: ParamError) -> ApiError {
+    ApiError::invalid_field(field, e.to_string())
+}
+
+fn units_error(field: &str, e: UnitsError) -> ApiError {
+    ApiError::invalid_field(field, format!("{field}: {e}"))
+}
+
+/// The parsed registration: everything validated, the budget resolved to the ledger grid.
+fn parse(req: CreateDataset, created_by: String) -> Result<NewDataset, ApiError> {
+    let name = req.name.trim().to_string();
+    if name.is_empty() || name.chars().count() > 200 {
+        return Err(ApiError::invalid_field("name", "name must have 1 to 200 characters"));
+    }
+    let (sensitivity, neighbouring) = match (req.sensitivity, req.neighbouring) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid("give either sensitivity or neighbouring, not both"));
+        }
+        (Some(s), None) => (
+            Sensitivity::new(s.l2_squared, s.linf).map_err(|e| param_error("sensitivity", e))?,
+            "custom",
+        ),
+        (None, Some(Neighbouring::AddRemoveOne)) => (Sensitivity::ADD_REMOVE_ONE, "add_remove_one"),
+        (None, Some(Neighbouring::ReplaceOne)) | (None, None) => (Sensitivity::REPLACE_ONE, "replace_one"),
+    };
+    let epsilon = Epsilon::new(req.budget.epsilon).map_err(|e| param_error("budget.epsilon", e))?;
+    let (order, total, dp_target) = match req.budget.delta {
+        None => {
+            let order = req
+                .budget
+                .order
+                .ok_or_else(|| ApiError::invalid_field("budget.order", "an RDP budget needs an order (or give delta for an (epsilon, delta) target)"))?;
+            let order = Order::new(order).map_err(|e| param_error("budget.order", e))?;
+            let total = Units::floor(epsilon.get()).map_err(|e| units_error("budget.epsilon", e))?;
+            (order, total, None)
+        }
+        Some(delta) => {
+            let delta = Delta::new(delta).map_err(|e| param_error("budget.delta", e))?;
+            let order = match req.budget.order {
+                Some(o) => Order::new(o).map_err(|e| param_error("budget.order", e))?,
+                None => default_order(epsilon, delta),
+            };
+            let rdp = dp_to_rdp_budget(epsilon, delta, order).map_err(|e| ApiError::invalid_field("budget.order", e.to_string()))?;
+            let total = Units::floor(rdp.get()).map_err(|e| units_error("budget.epsilon", e))?;
+            (order, total, Some(DpTarget { epsilon: epsilon.get(), delta: delta.get() }))
+        }
+    };
+    if total == Units::ZERO {
+        return Err(ApiError::invalid_field("budget.epsilon", "the budget rounds to zero on the ledger grid"));
+    }
+    Ok(NewDataset {
+        id: Uuid::now_v7(),
+        name,
+        order,
+        total,
+        dp_target,
+        sensitivity,
+        neighbouring: neighbouring.to_string(),
+        created_by,
+    })
+}
+
+async fn create(State(state): State<AppState>, caller: Caller, ApiJson(req): ApiJson<CreateDataset>) -> Result<Response, ApiError> {
+    caller.require_admin()?;
+    let new = parse(req, caller.name())?;
+    let dataset = state.store.create_dataset(&new).await?;
+    tracing::info!(dataset = %dataset.id, order = dataset.order.get(), total = dataset.total.to_f64(), "dataset registered");
+    let location = format!("/v1/datasets/{}", dataset.id);
+    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(DatasetView::from(&dataset))).into_response())
+}
+
+async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<serde_json::Value>, ApiError> {
+    let datasets = match &caller {
+        Caller::Admin => state.store.list_datasets(None).await?,
+        Caller::Analyst { datasets, .. } => state.store.list_datasets(Some(datasets)).await?,
+    };
+    let items: Vec<DatasetView> = datasets.iter().map(DatasetView::from).collect();
+    Ok(Json(json!({ "items": items })))
+}
+
+async fn show(State(state): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> Result<Json<DatasetView>, ApiError> {
+    caller.require_dataset(id)?;
+    let dataset = state.store.get_dataset(id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
+    Ok(Json(DatasetView::from(&dataset)))
+}
+
+async fn budget(State(state): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> Result<Json<BudgetView>, ApiError> {
+    caller.require_dataset(id)?;
+    let dataset = state.store.get_dataset(id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
+    Ok(Json(BudgetView::from(&dataset.budget())))
+}

@@ -1,0 +1,142 @@
+//! The one API error type. Every 4xx/5xx the service returns — including axum's own
+//! rejections, unknown routes, wrong methods, timeouts and panics — is rendered here as an RFC
+//! 9457 `application/problem+json` document with a stable `type` per kind. 5xx details are
+//! logged once, here, and never returned.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::ledger::StoreError;
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    Malformed(String),
+    #[error("{detail}")]
+    Invalid { detail: String, field: Option<String> },
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("the request body is larger than the configured limit")]
+    PayloadTooLarge,
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    #[error("this token may not perform this operation")]
+    Forbidden,
+    #[error("{0}")]
+    NotFound(String),
+    #[error("this method is not allowed on this resource")]
+    MethodNotAllowed,
+    #[error("{detail}")]
+    BudgetExhausted { detail: String, budget: Value },
+    #[error("this Idempotency-Key was already used for a different request")]
+    IdempotencyKeyReused,
+    #[error("{0}")]
+    CalibrationInfeasible(String),
+    #[error("{0}")]
+    NoGuarantee(String),
+    #[error("{0}")]
+    CostExceedsEpsilon(String),
+    #[error("the database is unavailable; retry later")]
+    Unavailable,
+    #[error("the request took longer than the configured timeout")]
+    Timeout,
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn invalid(detail: impl Into<String>) -> Self {
+        ApiError::Invalid { detail: detail.into(), field: None }
+    }
+    pub fn invalid_field(field: &str, detail: impl Into<String>) -> Self {
+        ApiError::Invalid { detail: detail.into(), field: Some(field.to_string()) }
+    }
+    pub fn not_found(what: &str) -> Self {
+        ApiError::NotFound(format!("no such {what}"))
+    }
+
+    /// (status, slug, title) of each kind; the slug is the stable problem `type`.
+    pub fn kind(&self) -> (StatusCode, &'static str, &'static str) {
+        use ApiError::*;
+        match self {
+            Malformed(_) => (StatusCode::BAD_REQUEST, "malformed-request", "Malformed request"),
+            Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid-request", "Invalid request"),
+            UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type"),
+            PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large"),
+            Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            Forbidden => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
+            NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
+            MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed"),
+            BudgetExhausted { .. } => (StatusCode::CONFLICT, "budget-exhausted", "Privacy budget exhausted"),
+            IdempotencyKeyReused => (StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused", "Idempotency key reused"),
+            CalibrationInfeasible(_) => (StatusCode::UNPROCESSABLE_ENTITY, "calibration-infeasible", "Calibration infeasible"),
+            NoGuarantee(_) => (StatusCode::UNPROCESSABLE_ENTITY, "no-guarantee", "No privacy guarantee at the ledger order"),
+            CostExceedsEpsilon(_) => (StatusCode::UNPROCESSABLE_ENTITY, "cost-exceeds-epsilon", "Cost exceeds the given epsilon"),
+            Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "service-unavailable", "Service unavailable"),
+            Timeout => (StatusCode::SERVICE_UNAVAILABLE, "timeout", "Request timed out"),
+            Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal server error"),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    type_: String,
+    title: &'a str,
+    status: u16,
+    detail: String,
+    #[serde(flatten)]
+    extensions: serde_json::Map<String, Value>,
+}
+
+/// A problem+json response for a status and slug (used by layers that have no ApiError).
+pub fn problem_response(error: &ApiError) -> Response {
+    let (status, slug, title) = error.kind();
+    let mut extensions = serde_json::Map::new();
+    let detail = match error {
+        ApiError::Internal(message) => {
+            // The one place a 5xx's cause is logged; the client gets no detail.
+            tracing::error!(error = %message, "internal error");
+            "the server could not complete the request".to_string()
+        }
+        ApiError::Invalid { field: Some(field), .. } => {
+            extensions.insert("field".into(), json!(field));
+            error.to_string()
+        }
+        ApiError::BudgetExhausted { budget, .. } => {
+            extensions.insert("budget".into(), budget.clone());
+            error.to_string()
+        }
+        _ => error.to_string(),
+    };
+    let body = Problem { type_: format!("/problems/{slug}"), title, status: status.as_u16(), detail, extensions };
+    let mut response = (status, axum::Json(body)).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    response
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        problem_response(&self)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(message) => {
+                tracing::warn!(error = %message, "database unavailable");
+                ApiError::Unavailable
+            }
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}

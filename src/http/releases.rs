@@ -1,0 +1,429 @@
+//! `/v1/datasets/{id}/releases`: preview, release, history.
+//!
+//! Order of a release: authorise → parse (counts, mechanism) → calibrate and price at the
+//! ledger order → idempotency check → budget pre-check (saves drawing a sample that would be
+//! refused) → draw → `commit_release` (check, charge and record in one transaction) → respond.
+//! The output leaves the service only after the commit returned `Committed`.
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::Sha256;
+use subtle::ConstantTimeEq;
+use uuid::Uuid;
+
+use super::auth::Caller;
+use super::datasets::param_error;
+use super::error::ApiError;
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::views::{budget_json, BudgetView, CostView, ReleaseView};
+use super::AppState;
+use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, NewRelease};
+use crate::privacy::sampler::os_rng;
+use crate::privacy::utility::Forecast;
+use crate::privacy::{Counts, Epsilon, Order, Prior};
+use crate::release::{self, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
+
+/// Draws with fewer cells than this run inline; larger ones move to the blocking pool.
+const INLINE_DRAW_CELLS: usize = 4096;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/datasets/{id}/releases", get(list).post(create))
+        .route("/v1/datasets/{id}/releases/preview", post(preview))
+        .route("/v1/datasets/{id}/releases/{release_id}", get(show))
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    #[default]
+    Dirichlet,
+    Posterior,
+    Diffuse,
+    Explicit,
+    Gaussian,
+    Laplace,
+}
+
+/// A number or an array of numbers.
+#[derive(Deserialize, Serialize, Clone, Debug)]
+#[serde(untagged)]
+pub enum AlphaRequest {
+    Scalar(f64),
+    PerCell(Vec<f64>),
+}
+
+/// Raw counts as they arrive. No `Debug`: they must never reach a log.
+#[derive(Deserialize, Serialize, Clone)]
+#[serde(transparent)]
+pub struct RawCounts(Vec<f64>);
+
+/// The release request body. Serialised back (canonically) only to compute the idempotency
+/// fingerprint; never logged or stored.
+#[derive(Deserialize, Serialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseRequest {
+    counts: RawCounts,
+    #[serde(default)]
+    epsilon: Option<f64>,
+    #[serde(default)]
+    order: Option<f64>,
+    #[serde(default)]
+    mechanism: Kind,
+    #[serde(default)]
+    prior: Option<f64>,
+    #[serde(default)]
+    r: Option<f64>,
+    #[serde(default)]
+    alpha: Option<AlphaRequest>,
+    #[serde(default)]
+    sigma: Option<f64>,
+    #[serde(default)]
+    scale: Option<f64>,
+}
+
+fn positive(field: &'static str, v: f64) -> Result<f64, ApiError> {
+    if !v.is_finite() || v <= 0.0 {
+        return Err(ApiError::invalid_field(field, format!("{field} must be a finite number greater than 0")));
+    }
+    Ok(v)
+}
+
+fn forbid(kind: Kind, present: &[(&str, bool)]) -> Result<(), ApiError> {
+    for (name, is_present) in present {
+        if *is_present {
+            return Err(ApiError::invalid_field(name, format!("{name} does not apply to the {} mechanism", kind_name(kind))));
+        }
+    }
+    Ok(())
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Dirichlet => "dirichlet",
+        Kind::Posterior => "posterior",
+        Kind::Diffuse => "diffuse",
+        Kind::Explicit => "explicit",
+        Kind::Gaussian => "gaussian",
+        Kind::Laplace => "laplace",
+    }
+}
+
+fn prior_of(alpha: &AlphaRequest) -> Result<Prior, ApiError> {
+    match alpha {
+        AlphaRequest::Scalar(a) => Prior::uniform(*a),
+        AlphaRequest::PerCell(v) => Prior::per_cell(v.clone()),
+    }
+    .map_err(|e| param_error("alpha", e))
+}
+
+/// Parse the mechanism part of a request against the dataset's ledger order.
+fn parse_spec(req: &ReleaseRequest, ledger_order: Order) -> Result<Spec, ApiError> {
+    let epsilon = req.epsilon.map(|e| Epsilon::new(e).map_err(|err| param_error("epsilon", err))).transpose()?;
+    let order = match req.order {
+        Some(o) => Order::new(o).map_err(|e| param_error("order", e))?,
+        None => ledger_order,
+    };
+    if req.order.is_some() && epsilon.is_none() {
+        return Err(ApiError::invalid_field("order", "order applies only together with epsilon (the calibration target)"));
+    }
+    let target = || {
+        epsilon
+            .map(|epsilon| Target { epsilon, order })
+            .ok_or_else(|| ApiError::invalid_field("epsilon", format!("the {} mechanism needs epsilon", kind_name(req.mechanism))))
+    };
+    let kind = req.mechanism;
+    let has = |o: &Option<f64>| o.is_some();
+    Ok(match kind {
+        Kind::Dirichlet => {
+            forbid(kind, &[("r", has(&req.r)), ("alpha", req.alpha.is_some()), ("sigma", has(&req.sigma)), ("scale", has(&req.scale))])?;
+            let prior = req.prior.map(|p| positive("prior", p)).transpose()?.unwrap_or(DEFAULT_PRIOR);
+            Spec::Dirichlet { target: target()?, prior }
+        }
+        Kind::Posterior => {
+            forbid(kind, &[("prior", has(&req.prior)), ("alpha", req.alpha.is_some()), ("sigma", has(&req.sigma)), ("scale", has(&req.scale))])?;
+            let r = req.r.map(|r| positive("r", r)).transpose()?.unwrap_or(DEFAULT_R);
+            Spec::Posterior { target: target()?, r }
+        }
+        Kind::Diffuse => {
+            forbid(kind, &[("prior", has(&req.prior)), ("r", has(&req.r)), ("sigma", has(&req.sigma)), ("scale", has(&req.scale))])?;
+            let alpha = req.alpha.as_ref().ok_or_else(|| ApiError::invalid_field("alpha", "the diffuse mechanism needs alpha"))?;
+            Spec::Diffuse { target: target()?, alpha: prior_of(alpha)? }
+        }
+        Kind::Explicit => {
+            forbid(kind, &[("prior", has(&req.prior)), ("sigma", has(&req.sigma)), ("scale", has(&req.scale))])?;
+            let r = positive("r", req.r.ok_or_else(|| ApiError::invalid_field("r", "the explicit mechanism needs r"))?)?;
+            let alpha = req.alpha.as_ref().ok_or_else(|| ApiError::invalid_field("alpha", "the explicit mechanism needs alpha"))?;
+            if req.order.is_some() {
+                return Err(ApiError::invalid_field("order", "the explicit mechanism is priced at the ledger order; order does not apply"));
+            }
+            Spec::Explicit { r, alpha: prior_of(alpha)?, cap: epsilon }
+        }
+        Kind::Gaussian | Kind::Laplace => {
+            let (own, own_name, other, other_name) = match kind {
+                Kind::Gaussian => (req.sigma, "sigma", req.scale, "scale"),
+                _ => (req.scale, "scale", req.sigma, "sigma"),
+            };
+            forbid(kind, &[("prior", has(&req.prior)), ("r", has(&req.r)), ("alpha", req.alpha.is_some()), (other_name, other.is_some())])?;
+            let noise = match own {
+                Some(v) => {
+                    if req.order.is_some() {
+                        return Err(ApiError::invalid_field("order", format!("with {own_name} given, the mechanism is priced at the ledger order; order does not apply")));
+                    }
+                    Noise::Given { value: positive(own_name, v)?, cap: epsilon }
+                }
+                None => Noise::Calibrated(target().map_err(|_| {
+                    ApiError::invalid_field("epsilon", format!("the {} mechanism needs {own_name} or epsilon", kind_name(kind)))
+                })?),
+            };
+            if kind == Kind::Gaussian {
+                Spec::Gaussian(noise)
+            } else {
+                Spec::Laplace(noise)
+            }
+        }
+    })
+}
+
+fn plan_error(e: PlanError, dataset: &Dataset) -> ApiError {
+    match e {
+        PlanError::Infeasible(err) => ApiError::CalibrationInfeasible(err.to_string()),
+        PlanError::NoGuarantee { .. } => ApiError::NoGuarantee(e.to_string()),
+        PlanError::CostExceedsCap { .. } => ApiError::CostExceedsEpsilon(e.to_string()),
+        PlanError::TooExpensive { .. } => exhausted(&dataset.budget(), e.to_string()),
+        PlanError::Parameter(message) => ApiError::invalid_field("alpha", message),
+    }
+}
+
+fn exhausted(budget: &BudgetState, detail: String) -> ApiError {
+    ApiError::BudgetExhausted { detail, budget: budget_json(budget) }
+}
+
+struct Parsed {
+    dataset: Dataset,
+    counts: Counts,
+    plan: Plan,
+}
+
+async fn load_and_plan(state: &AppState, caller: &Caller, id: Uuid, req: &ReleaseRequest) -> Result<Parsed, ApiError> {
+    caller.require_dataset(id)?;
+    let dataset = state.store.get_dataset(id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
+    let counts = Counts::new(req.counts.0.clone(), state.settings.max_dimension).map_err(|e| param_error("counts", e))?;
+    let spec = parse_spec(req, dataset.order)?;
+    let plan = release::plan(&spec, counts.len(), dataset.order, &dataset.sensitivity).map_err(|e| plan_error(e, &dataset))?;
+    Ok(Parsed { dataset, counts, plan })
+}
+
+#[derive(Serialize)]
+struct PreviewView {
+    mechanism: Value,
+    cost: CostView,
+    admissible: bool,
+    budget_after: BudgetView,
+    forecast: Option<Forecast>,
+}
+
+async fn preview(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(req): ApiJson<ReleaseRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let Parsed { dataset, counts, plan } = load_and_plan(&state, &caller, id, &req).await?;
+    let budget = dataset.budget();
+    let admissible = budget.admits(plan.charge);
+    let mut after = budget;
+    if admissible {
+        after.spent = budget.spent.checked_add(plan.charge).unwrap_or(budget.total);
+        after.releases += 1;
+    }
+    let view = PreviewView {
+        forecast: release::forecast(&plan.draw, &counts),
+        mechanism: plan.record,
+        cost: CostView { order: dataset.order.get(), epsilon: plan.charge.to_f64() },
+        admissible,
+        budget_after: BudgetView::from(&after),
+    };
+    Ok(Json(serde_json::to_value(view).map_err(|e| ApiError::Internal(e.to_string()))?))
+}
+
+/// `Idempotency-Key`: 1 to 255 visible ASCII characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
+    let key = value.to_str().ok().filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()));
+    key.map(|k| Some(k.to_string()))
+        .ok_or_else(|| ApiError::invalid_field("Idempotency-Key", "Idempotency-Key must be 1 to 255 visible ASCII characters"))
+}
+
+/// HMAC-SHA-256 of the dataset id and the canonical request under the server's key.
+fn fingerprint(key: &[u8; 32], dataset: Uuid, req: &ReleaseRequest) -> Result<[u8; 32], ApiError> {
+    let body = serde_json::to_vec(req).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).map_err(|e| ApiError::Internal(e.to_string()))?;
+    mac.update(dataset.as_bytes());
+    mac.update(&body);
+    Ok(mac.finalize().into_bytes().into())
+}
+
+fn created(view: ReleaseView, replayed: bool) -> Response {
+    let location = format!("/v1/datasets/{}/releases/{}", view.dataset_id, view.id);
+    let mut response = (StatusCode::CREATED, [(header::LOCATION, location)], Json(view)).into_response();
+    if replayed {
+        response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// The answer to a retry: the stored release, unchanged, charging nothing — or a refusal when
+/// the key was used for a different request. Never a fresh sample.
+async fn replay(state: &AppState, dataset: &Dataset, release: crate::ledger::Release, stored: [u8; 32], presented: [u8; 32]) -> Result<Response, ApiError> {
+    if !bool::from(stored.ct_eq(&presented)) {
+        return Err(ApiError::IdempotencyKeyReused);
+    }
+    let current = state.store.get_dataset(dataset.id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
+    state.metrics.replays.inc();
+    Ok(created(ReleaseView::new(release, dataset.order.get(), Some(&current.budget())), true))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    headers: HeaderMap,
+    ApiJson(req): ApiJson<ReleaseRequest>,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
+    let Parsed { dataset, counts, plan } = match load_and_plan(&state, &caller, id, &req).await {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            state.metrics.refusal(&e);
+            return Err(e);
+        }
+    };
+    let idempotency = match key {
+        Some(key) => {
+            let fp = fingerprint(&state.fingerprint_key, id, &req)?;
+            if let Some((existing, stored)) = state.store.find_by_idempotency_key(id, &key).await? {
+                return replay(&state, &dataset, existing, stored, fp).await;
+            }
+            Some(Idempotency { key, fingerprint: fp })
+        }
+        None => None,
+    };
+    drop(req);
+    if !dataset.budget().admits(plan.charge) {
+        let e = exhausted(&dataset.budget(), refusal_detail(&plan, &dataset.budget()));
+        state.metrics.refusal(&e);
+        return Err(e);
+    }
+
+    // Draw and commit in a task of their own: if the client goes away or the request times
+    // out, the commit still completes or rolls back as a whole (and a retry with the same
+    // Idempotency-Key gets the stored release); it is never cut between "charged" and "stored".
+    let task_state = state.clone();
+    let created_by = caller.name();
+    let kind = plan.record.get("kind").and_then(Value::as_str).unwrap_or("unknown").to_string();
+    let outcome = state
+        .tasks
+        .spawn(async move {
+            let Plan { draw, charge, record, .. } = plan;
+            let distribution = if counts.len() < INLINE_DRAW_CELLS {
+                release::execute(&draw, &counts, &mut os_rng())
+            } else {
+                tokio::task::spawn_blocking(move || release::execute(&draw, &counts, &mut os_rng()))
+                    .await
+                    .map_err(|e| ApiError::Internal(format!("sampler task failed: {e}")))?
+            };
+            let new = NewRelease {
+                id: Uuid::now_v7(),
+                dataset_id: id,
+                created_by,
+                mechanism: record,
+                cost: charge,
+                distribution,
+                idempotency,
+            };
+            let fp = new.idempotency.as_ref().map(|i| i.fingerprint);
+            Ok::<_, ApiError>((task_state.store.commit_release(&new).await?, fp))
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("release task failed: {e}")))?;
+    let (outcome, fp) = outcome?;
+    match outcome {
+        CommitOutcome::Committed { release, budget } => {
+            tracing::info!(dataset = %id, release = %release.id, seq = release.seq, cost = release.cost.to_f64(), "release committed");
+            state.metrics.release(&kind);
+            Ok(created(ReleaseView::new(release, dataset.order.get(), Some(&budget)), false))
+        }
+        CommitOutcome::Exhausted { budget } => {
+            let e = exhausted(&budget, "the release would exceed the dataset's remaining budget".into());
+            state.metrics.refusal(&e);
+            Err(e)
+        }
+        CommitOutcome::Existing { release, fingerprint } => {
+            let presented = fp.ok_or_else(|| ApiError::Internal("an idempotent outcome without a key".into()))?;
+            replay(&state, &dataset, release, fingerprint, presented).await
+        }
+        CommitOutcome::DatasetNotFound => Err(ApiError::not_found("dataset")),
+    }
+}
+
+fn refusal_detail(plan: &Plan, budget: &BudgetState) -> String {
+    format!(
+        "the release costs {} at order {} but only {} of the budget remains",
+        plan.charge.to_f64(),
+        budget.order.get(),
+        budget.remaining().to_f64()
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    #[serde(default)]
+    limit: Option<u32>,
+    #[serde(default)]
+    before: Option<i64>,
+}
+
+const DEFAULT_PAGE: u32 = 100;
+
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_dataset(id)?;
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > state.settings.max_page_size {
+        return Err(ApiError::invalid_field("limit", format!("limit must be between 1 and {}", state.settings.max_page_size)));
+    }
+    if query.before.is_some_and(|b| b < 1) {
+        return Err(ApiError::invalid_field("before", "before must be at least 1"));
+    }
+    let dataset = state.store.get_dataset(id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
+    let releases = state.store.list_releases(id, query.before, limit).await?;
+    let next_before = match releases.last() {
+        Some(last) if releases.len() == limit as usize && last.seq > 1 => Some(last.seq),
+        _ => None,
+    };
+    let items: Vec<ReleaseView> = releases.into_iter().map(|r| ReleaseView::new(r, dataset.order.get(), None)).collect();
+    Ok(Json(json!({ "items": items, "next_before": next_before })))
+}
+
+async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath((id, release_id)): ApiPath<(Uuid, Uuid)>,
+) -> Result<Json<ReleaseView>, ApiError> {
+    caller.require_dataset(id)?;
+    let dataset = state.store.get_dataset(id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
+    let release = state.store.get_release(id, release_id).await?.ok_or_else(|| ApiError::not_found("release"))?;
+    Ok(Json(ReleaseView::new(release, dataset.order.get(), None)))
+}

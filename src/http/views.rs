@@ -1,0 +1,134 @@
+//! JSON shapes returned to clients (documented in openapi.yaml).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::ledger::{BudgetState, Dataset, Release};
+
+#[derive(Debug, Serialize)]
+pub struct DpView {
+    pub delta: f64,
+    pub total_epsilon: f64,
+    pub spent_epsilon: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BudgetView {
+    pub order: f64,
+    pub total: f64,
+    pub spent: f64,
+    pub remaining: f64,
+    pub releases: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dp: Option<DpView>,
+}
+
+impl From<&BudgetState> for BudgetView {
+    fn from(b: &BudgetState) -> Self {
+        let dp = b.dp_target.and_then(|t| {
+            Some(DpView { delta: t.delta, total_epsilon: b.dp_view(b.total)?, spent_epsilon: b.dp_view(b.spent)? })
+        });
+        BudgetView {
+            order: b.order.get(),
+            total: b.total.to_f64(),
+            spent: b.spent.to_f64(),
+            remaining: b.remaining().to_f64(),
+            releases: b.releases,
+            dp,
+        }
+    }
+}
+
+pub fn budget_json(b: &BudgetState) -> Value {
+    serde_json::to_value(BudgetView::from(b)).unwrap_or(Value::Null)
+}
+
+#[derive(Debug, Serialize)]
+pub struct SensitivityView {
+    pub l2_squared: f64,
+    pub linf: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BudgetSpecView {
+    pub order: f64,
+    pub epsilon: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delta: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rdp_epsilon: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DatasetView {
+    pub id: Uuid,
+    pub name: String,
+    pub neighbouring: String,
+    pub sensitivity: SensitivityView,
+    pub budget: BudgetSpecView,
+    pub spent: f64,
+    pub releases: i64,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<&Dataset> for DatasetView {
+    fn from(d: &Dataset) -> Self {
+        let budget = match d.dp_target {
+            Some(t) => BudgetSpecView {
+                order: d.order.get(),
+                epsilon: t.epsilon,
+                delta: Some(t.delta),
+                rdp_epsilon: Some(d.total.to_f64()),
+            },
+            None => BudgetSpecView { order: d.order.get(), epsilon: d.total.to_f64(), delta: None, rdp_epsilon: None },
+        };
+        DatasetView {
+            id: d.id,
+            name: d.name.clone(),
+            neighbouring: d.neighbouring.clone(),
+            sensitivity: SensitivityView { l2_squared: d.sensitivity.l2_squared(), linf: d.sensitivity.linf() },
+            budget,
+            spent: d.spent.to_f64(),
+            releases: d.releases,
+            created_at: d.created_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct CostView {
+    pub order: f64,
+    pub epsilon: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReleaseView {
+    pub id: Uuid,
+    pub dataset_id: Uuid,
+    pub seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+    pub distribution: Vec<f64>,
+    pub mechanism: Value,
+    pub cost: CostView,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetView>,
+}
+
+impl ReleaseView {
+    pub fn new(r: Release, order: f64, budget: Option<&BudgetState>) -> Self {
+        ReleaseView {
+            id: r.id,
+            dataset_id: r.dataset_id,
+            seq: r.seq,
+            created_at: r.created_at,
+            created_by: r.created_by,
+            distribution: r.distribution,
+            mechanism: r.mechanism,
+            cost: CostView { order, epsilon: r.cost.to_f64() },
+            budget: budget.map(BudgetView::from),
+        }
+    }
+}
