@@ -1,0 +1,178 @@
+//! Raw counts never reach the database or the logs: the real binary, at trace level, is sent
+//! releases, previews and failing requests containing a marker count; then its logs, the SQLite
+//! file (with its WAL) and a pg_dump of the PostgreSQL database are searched for the marker, as
+//! text and as the bytes of an f64.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::app::{fresh_database, Backend, ADMIN_TOKEN};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const MARKER: f64 = 987_654_321.0;
+const MARKER_TEXT: &str = "987654321";
+
+struct Server {
+    child: std::process::Child,
+    address: String,
+    stderr_path: PathBuf,
+    stdout_lines: Vec<String>,
+}
+
+fn start_binary(database_url: &str, logs: &Path) -> Server {
+    let stderr_path = logs.join("stderr.log");
+    let stderr = std::fs::File::create(&stderr_path).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dirichlet-release"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("DIRICHLET_DATABASE_URL", database_url)
+        .env("DIRICHLET_LISTEN", "127.0.0.1:0")
+        .env("DIRICHLET_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("DIRICHLET_LOG_FORMAT", "json")
+        .env("RUST_LOG", "trace")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(stderr))
+        .spawn()
+        .expect("the binary starts");
+    let stdout = child.stdout.take().unwrap();
+    let mut reader = BufReader::new(stdout);
+    let mut stdout_lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let address = loop {
+        let mut line = String::new();
+        assert!(Instant::now() < deadline, "the server did not announce its address");
+        if reader.read_line(&mut line).unwrap() == 0 {
+            panic!("the server exited early: {}", std::fs::read_to_string(&stderr_path).unwrap_or_default());
+        }
+        stdout_lines.push(line.clone());
+        if let Some(rest) = line.trim().strip_prefix("dirichlet-release listening on ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    // Keep draining stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in reader.lines() {});
+    Server { child, address, stderr_path, stdout_lines }
+}
+
+fn stop(server: &mut Server) -> std::process::ExitStatus {
+    // SIGTERM: a graceful shutdown must exit 0.
+    let status = Command::new("kill").arg("-TERM").arg(server.child.id().to_string()).status().unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the server did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn exercise(address: &str) {
+    let client = reqwest::Client::new();
+    let url = |p: &str| format!("{address}{p}");
+    let response = client
+        .post(url("/v1/datasets"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"name": "hygiene", "budget": {"order": 2, "epsilon": 5}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let id = response.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    let releases = url(&format!("/v1/datasets/{id}/releases"));
+    let good = json!({"counts": [MARKER, 12, 3], "epsilon": 0.5});
+    let r = client.post(&releases).bearer_auth(ADMIN_TOKEN).header("Idempotency-Key", "k1").json(&good).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = client.post(&releases).bearer_auth(ADMIN_TOKEN).header("Idempotency-Key", "k1").json(&good).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let r = client.post(format!("{releases}/preview")).bearer_auth(ADMIN_TOKEN).json(&good).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let gaussian = json!({"counts": [MARKER, 1, 1], "epsilon": 0.5, "mechanism": "gaussian"});
+    assert_eq!(client.post(&releases).bearer_auth(ADMIN_TOKEN).json(&gaussian).send().await.unwrap().status(), StatusCode::CREATED);
+    // Failing requests that carry the marker: bad neighbour cell, a marker as a string, unknown field.
+    for body in [
+        json!({"counts": [MARKER, -1, 3], "epsilon": 0.5}),
+        json!({"counts": [1, MARKER_TEXT], "epsilon": 0.5}),
+        json!({"counts": [MARKER, 1], "epsilon": 0.5, "seed": MARKER}),
+        json!({"counts": [MARKER, 1], "epsilon": 50}),
+    ] {
+        let r = client.post(&releases).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap();
+        assert!(r.status().is_client_error());
+        let text = r.text().await.unwrap();
+        assert!(!text.contains(MARKER_TEXT), "an error echoed the marker: {text}");
+    }
+    let raw = format!("{{\"counts\": [{MARKER_TEXT}, 1, ], \"epsilon\": 0.5}}");
+    let r = client.post(&releases).bearer_auth(ADMIN_TOKEN).header("content-type", "application/json").body(raw).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(!r.text().await.unwrap().contains(MARKER_TEXT));
+}
+
+fn assert_clean(what: &str, bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    assert!(!text.contains(MARKER_TEXT), "{what} contains the marker count as text");
+    let le = MARKER.to_le_bytes();
+    assert!(!bytes.windows(8).any(|w| w == le), "{what} contains the marker count as f64 bytes");
+    let hex = hex_lower(&le);
+    assert!(!text.to_ascii_lowercase().contains(&hex), "{what} contains the marker count as hex f64 bytes");
+}
+
+fn hex_lower(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn pg_dump_binary() -> PathBuf {
+    if let Ok(out) = Command::new("sh").arg("-c").arg("command -v pg_dump").output() {
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !path.is_empty() {
+            return path.into();
+        }
+    }
+    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path().join("bin/pg_dump")).filter(|p| p.exists()).collect())
+        .unwrap_or_default();
+    candidates.sort();
+    candidates.pop().expect("pg_dump is installed (Debian package postgresql-client)")
+}
+
+async fn counts_never_reach_storage_or_logs(backend: Backend) {
+    let (database_url, _dir, sqlite_path) = fresh_database(backend).await;
+    let logs = tempfile::tempdir().unwrap();
+    let mut server = start_binary(&database_url, logs.path());
+    exercise(&format!("http://{}", server.address.trim_start_matches("http://"))).await;
+    let status = stop(&mut server);
+    assert!(status.success(), "graceful shutdown exits 0, got {status}");
+
+    let stderr = std::fs::read(&server.stderr_path).unwrap();
+    let log_text = String::from_utf8_lossy(&stderr);
+    assert!(log_text.contains("\"level\":\"TRACE\""), "trace logging was on");
+    assert!(log_text.contains("release committed"), "the releases were logged (without their counts)");
+    assert_clean("the logs", &stderr);
+    assert_clean("the standard output", server.stdout_lines.concat().as_bytes());
+
+    match backend {
+        Backend::Sqlite => {
+            let path = sqlite_path.unwrap();
+            for suffix in ["", "-wal", "-shm"] {
+                let file = PathBuf::from(format!("{}{suffix}", path.display()));
+                if let Ok(bytes) = std::fs::read(&file) {
+                    assert_clean(&format!("{}", file.display()), &bytes);
+                }
+            }
+            assert!(std::fs::metadata(&path).unwrap().len() > 0);
+        }
+        Backend::Postgres => {
+            let out = Command::new(pg_dump_binary()).arg("--dbname").arg(&database_url).output().expect("pg_dump runs");
+            assert!(out.status.success(), "pg_dump failed: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(String::from_utf8_lossy(&out.stdout).contains("releases"), "the dump has the releases table");
+            assert_clean("the PostgreSQL dump", &out.stdout);
+        }
+    }
+}
+
+on_both_backends!(counts_never_reach_storage_or_logs);
