@@ -87,14 +87,27 @@ impl Settings {
             "log_level",
             "max_page_size",
         ];
+        const NUMERIC_KEYS: &[&str] = &[
+            "max_dimension",
+            "max_body_bytes",
+            "request_timeout_ms",
+            "db_acquire_timeout_ms",
+            "db_max_connections",
+            "retry_after_secs",
+            "max_page_size",
+        ];
         if let Some(url) = env("DATABASE_URL") {
             table.insert("database_url".into(), toml::Value::String(url));
         }
         for key in KEYS {
             let var = format!("DIRICHLET_{}", key.to_uppercase());
             if let Some(raw) = env(&var) {
-                // Numbers stay numbers; everything else is a string.
-                let value = raw.parse::<i64>().map(toml::Value::Integer).unwrap_or(toml::Value::String(raw));
+                // Numeric settings parse as numbers; tokens and URLs stay strings even if all digits.
+                let numeric = NUMERIC_KEYS.contains(key);
+                let value = match raw.parse::<i64>() {
+                    Ok(n) if numeric => toml::Value::Integer(n),
+                    _ => toml::Value::String(raw),
+                };
                 table.insert((*key).into(), value);
             }
         }
@@ -168,6 +181,12 @@ mod tests {
         })
         .unwrap();
         assert_eq!(s.database_url, "sqlite://a.db");
+    }
+
+    #[test]
+    fn an_all_digit_admin_token_stays_a_string() {
+        let s = Settings::from_layers(&[], |k| (k == "DIRICHLET_ADMIN_TOKEN").then(|| "12345678901234567890".into())).unwrap();
+        assert_eq!(s.admin_token.as_deref(), Some("12345678901234567890"));
     }
 
     #[test]

@@ -30,9 +30,9 @@ pub fn router() -> Router<AppState> {
 pub struct CreateDataset {
     name: String,
     budget: BudgetRequest,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     sensitivity: Option<SensitivityRequest>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     neighbouring: Option<Neighbouring>,
 }
 
@@ -41,9 +41,9 @@ pub struct CreateDataset {
 #[serde(deny_unknown_fields)]
 pub struct BudgetRequest {
     epsilon: f64,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     order: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     delta: Option<f64>,
 }
 
@@ -74,6 +74,9 @@ fn parse(req: CreateDataset, created_by: String) -> Result<NewDataset, ApiError>
     let name = req.name.trim().to_string();
     if name.is_empty() || name.chars().count() > 200 {
         return Err(ApiError::invalid_field("name", "name must have 1 to 200 characters"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(ApiError::invalid_field("name", "name must not contain control characters"));
     }
     let (sensitivity, neighbouring) = match (req.sensitivity, req.neighbouring) {
         (Some(_), Some(_)) => {

@@ -6,6 +6,7 @@ pub mod datasets;
 pub mod error;
 pub mod extract;
 pub mod metrics;
+mod nonnull;
 pub mod ops;
 pub mod releases;
 pub mod tokens;

@@ -29,6 +29,10 @@ use crate::privacy::utility::Forecast;
 use crate::privacy::{Counts, Epsilon, Order, Prior};
 use crate::release::{self, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
 
+/// Counts above this lose integer precision in f64 and push Gamma shapes towards overflow; the
+/// service refuses them rather than sample from a distorted distribution.
+const MAX_COUNT: f64 = 1e15;
+
 /// Draws with fewer cells than this run inline; larger ones move to the blocking pool.
 const INLINE_DRAW_CELLS: usize = 4096;
 
@@ -70,21 +74,21 @@ pub struct RawCounts(Vec<f64>);
 #[serde(deny_unknown_fields)]
 pub struct ReleaseRequest {
     counts: RawCounts,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     epsilon: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     order: Option<f64>,
     #[serde(default)]
     mechanism: Kind,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     prior: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     r: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     alpha: Option<AlphaRequest>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     sigma: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     scale: Option<f64>,
 }
 
@@ -215,6 +219,9 @@ async fn load_and_plan(state: &AppState, caller: &Caller, id: Uuid, req: &Releas
     caller.require_dataset(id)?;
     let dataset = state.store.get_dataset(id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
     let counts = Counts::new(req.counts.0.clone(), state.settings.max_dimension).map_err(|e| param_error("counts", e))?;
+    if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
+        return Err(ApiError::invalid_field("counts", format!("counts[{index}] exceeds the largest supported count, {MAX_COUNT:e}")));
+    }
     let spec = parse_spec(req, dataset.order)?;
     let plan = release::plan(&spec, counts.len(), dataset.order, &dataset.sensitivity).map_err(|e| plan_error(e, &dataset))?;
     Ok(Parsed { dataset, counts, plan })
@@ -385,9 +392,9 @@ fn refusal_detail(plan: &Plan, budget: &BudgetState) -> String {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     limit: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::nonnull::value")]
     before: Option<i64>,
 }
 
