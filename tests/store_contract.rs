@@ -459,10 +459,18 @@ async fn concurrent_commits_respect_the_budget(f: Fixture) {
 }
 
 async fn concurrent_retries_commit_once(f: Fixture) {
+    // With budget to spare, late retries collide with the stored key; with budget for exactly
+    // one release, they find the budget spent, and must still be answered with the release.
+    for budget in [1.0, 0.25] {
+        retry_storm(&f, budget).await;
+    }
+}
+
+async fn retry_storm(f: &Fixture, budget: f64) {
     const N: usize = 16;
     let d = f
         .store
-        .create_dataset(&new_dataset("retried", 1.0))
+        .create_dataset(&new_dataset("retried", budget))
         .await
         .unwrap();
     let tasks: Vec<_> = (0..N)
@@ -484,7 +492,7 @@ async fn concurrent_retries_commit_once(f: Fixture) {
                 assert_eq!(fp, fingerprint("the-only-key"));
                 replays.push(release);
             }
-            other => panic!("unexpected {other:?}"),
+            other => panic!("budget {budget}: unexpected {other:?}"),
         }
     }
     assert_eq!(winners.len(), 1, "exactly one request commits");
@@ -1074,15 +1082,36 @@ async fn replicas_starting_together_migrate_once_postgres() {
     assert_eq!(applied as usize, expected);
 }
 
+/// Stands in for the test process a throwaway server belongs to; it exits when the test ends,
+/// pass or fail, and holds none of the test's output pipes.
+struct Owner(std::process::Child);
+
+impl Owner {
+    fn spawn() -> Owner {
+        let child = std::process::Command::new("sleep")
+            .arg("300")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn sleep");
+        Owner(child)
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The throwaway-server path of the test harness, for real: it answers, the store rides out a
 /// restart without being rebuilt, and the watchdog removes everything once the owner is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throwaway_postgres_serves_survives_a_restart_and_is_removed() {
-    let mut owner = std::process::Command::new("sleep")
-        .arg("600")
-        .spawn()
-        .unwrap();
-    let server = pg::Throwaway::start(owner.id())
+    let owner = Owner::spawn();
+    let server = pg::Throwaway::start(owner.0.id())
         .await
         .expect("a throwaway server starts");
     assert!(server.root.join("data/PG_VERSION").is_file());
@@ -1095,6 +1124,14 @@ async fn throwaway_postgres_serves_survives_a_restart_and_is_removed() {
         .unwrap();
     committed(commit(&*store, &new_release(d.id, cost(0.25), None)).await);
 
+    // A restart while the service is idle: every pooled connection is dead, and the first
+    // request afterwards must not be the one to find out (idle connections are pinged after 1 s).
+    server.stop().await.unwrap();
+    server.restart().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(dataset(&*store, d.id).await.releases, 1);
+
+    // An outage under traffic: requests fail fast, then the same store recovers.
     server.stop().await.unwrap();
     let started = Instant::now();
     assert_unavailable(store.ping().await);
@@ -1127,8 +1164,7 @@ async fn throwaway_postgres_serves_survives_a_restart_and_is_removed() {
     );
     drop(store);
 
-    owner.kill().unwrap();
-    owner.wait().unwrap();
+    drop(owner);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let gone = !server.root.exists()
