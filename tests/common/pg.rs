@@ -3,7 +3,8 @@
 //! `cargo test` must exercise PostgreSQL on any machine that has it installed, and must fail
 //! loudly when it cannot, never skip. In order of preference:
 //! 1. `DIRICHLET_TEST_POSTGRES_URL`, an admin URL (a role that may create databases), if set;
-//! 2. `postgres://postgres@127.0.0.1:5432/postgres`, if it answers;
+//! 2. `postgres://postgres@127.0.0.1:5432/postgres`, if it answers (and
+//!    `DIRICHLET_TEST_FORCE_THROWAWAY_PG` is not `1`);
 //! 3. a throwaway server: `initdb` + `postgres` (from PATH, else `/usr/lib/postgresql/*/bin`) in
 //!    a temporary directory on a free port, run as `postgres` (or `nobody`) when the tests run
 //!    as root, and removed by a watchdog process once the test process has exited.
@@ -22,6 +23,8 @@ use sqlx::{Connection, Executor, PgConnection};
 use tokio::sync::OnceCell;
 
 pub const ADMIN_URL_ENV: &str = "DIRICHLET_TEST_POSTGRES_URL";
+/// `1`: skip the local server and start a throwaway one (scripts/check-throwaway-pg.sh).
+pub const FORCE_THROWAWAY_ENV: &str = "DIRICHLET_TEST_FORCE_THROWAWAY_PG";
 const LOCAL_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const DATABASE_PREFIX: &str = "dr_test_";
 /// Test databases older than this are left over from crashed or interrupted runs.
@@ -64,35 +67,37 @@ pub async fn create_database(admin_url: &str) -> Result<String, String> {
 }
 
 async fn discover() -> Result<String, String> {
-    let url = match std::env::var(ADMIN_URL_ENV) {
-        Ok(url) => {
-            // An explicit choice is never silently replaced by another server.
-            check(&url).await.map_err(|e| {
-                format!("{ADMIN_URL_ENV} is set, but that PostgreSQL server cannot be used: {e}")
-            })?;
-            url
-        }
-        Err(_) => match check(LOCAL_ADMIN_URL).await {
-            Ok(()) => LOCAL_ADMIN_URL.to_owned(),
-            Err(local) => {
-                let server = Throwaway::start(std::process::id())
-                    .await
-                    .map_err(|throwaway| {
-                        format!(
-                        "no PostgreSQL server for the tests. Tried: (1) {ADMIN_URL_ENV}: not set; \
-                         (2) {LOCAL_ADMIN_URL}: {local}; (3) a throwaway server: {throwaway}. \
-                         Install PostgreSQL (initdb and postgres on PATH or in \
-                         /usr/lib/postgresql/*/bin) or set {ADMIN_URL_ENV} to the URL of a role \
-                         that may create databases."
-                    )
-                    })?;
-                // The watchdog, not this process, stops it: statics are never dropped.
-                server.admin_url.clone()
-            }
-        },
+    if let Ok(url) = std::env::var(ADMIN_URL_ENV) {
+        // An explicit choice is never silently replaced by another server.
+        check(&url).await.map_err(|e| {
+            format!("{ADMIN_URL_ENV} is set, but that PostgreSQL server cannot be used: {e}")
+        })?;
+        drop_stale_databases(&url).await;
+        return Ok(url);
+    }
+    let local = if std::env::var(FORCE_THROWAWAY_ENV).is_ok_and(|v| v == "1") {
+        Err(format!("skipped, {FORCE_THROWAWAY_ENV}=1"))
+    } else {
+        check(LOCAL_ADMIN_URL).await
     };
-    drop_stale_databases(&url).await;
-    Ok(url)
+    if local.is_ok() {
+        drop_stale_databases(LOCAL_ADMIN_URL).await;
+        return Ok(LOCAL_ADMIN_URL.to_owned());
+    }
+    let local = local.unwrap_err();
+    let server = Throwaway::start(std::process::id())
+        .await
+        .map_err(|throwaway| {
+            format!(
+                "no PostgreSQL server for the tests. Tried: (1) {ADMIN_URL_ENV}: not set; \
+             (2) {LOCAL_ADMIN_URL}: {local}; (3) a throwaway server: {throwaway}. \
+             Install PostgreSQL (initdb and postgres on PATH or in /usr/lib/postgresql/*/bin) \
+             or set {ADMIN_URL_ENV} to the URL of a role that may create databases."
+            )
+        })?;
+    // A new server has nothing stale. The watchdog, not this process, stops it: statics are
+    // never dropped.
+    Ok(server.admin_url.clone())
 }
 
 async fn connect(url: &str) -> Result<PgConnection, String> {
