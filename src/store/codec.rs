@@ -5,7 +5,9 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::ledger::{Dataset, DpTarget, Release, StoreError, Units};
+use crate::ledger::{
+    BudgetState, Dataset, DpTarget, LedgerSummary, NewRelease, Release, StoreError, Units,
+};
 use crate::privacy::{Order, Sensitivity};
 
 const F64_BYTES: usize = std::mem::size_of::<f64>();
@@ -32,17 +34,51 @@ pub fn decode_distribution(bytes: &[u8]) -> Option<Vec<f64>> {
     )
 }
 
-/// A dataset row as stored, before its values are checked. `Id` is how the backend stores a UUID.
+/// The columns of a dataset, in the order both backends select them.
+pub(crate) const DATASET_COLUMNS: &str = "id, name, budget_order, total_units, spent_units, \
+     release_count, dp_epsilon, dp_delta, l2_squared, linf, neighbouring, created_at, created_by";
+
+/// The ledger columns of a dataset row, as stored.
 #[derive(sqlx::FromRow)]
-pub(crate) struct DatasetColumns<Id = Uuid> {
-    pub id: Id,
-    pub name: String,
+pub(crate) struct BudgetColumns {
     pub budget_order: f64,
     pub total_units: i64,
     pub spent_units: i64,
     pub release_count: i64,
     pub dp_epsilon: Option<f64>,
     pub dp_delta: Option<f64>,
+}
+
+impl TryFrom<BudgetColumns> for BudgetState {
+    type Error = StoreError;
+
+    fn try_from(c: BudgetColumns) -> Result<BudgetState, StoreError> {
+        Ok(BudgetState {
+            order: Order::new(c.budget_order)
+                .map_err(|_| corrupt("datasets.budget_order is not an order > 1"))?,
+            total: units(c.total_units, "total_units")?,
+            spent: units(c.spent_units, "spent_units")?,
+            releases: c.release_count,
+            dp_target: match (c.dp_epsilon, c.dp_delta) {
+                (Some(epsilon), Some(delta)) => Some(DpTarget { epsilon, delta }),
+                (None, None) => None,
+                _ => {
+                    return Err(corrupt(
+                        "datasets.dp_epsilon and dp_delta must be both set or both null",
+                    ))
+                }
+            },
+        })
+    }
+}
+
+/// A dataset row as stored, before its values are checked. `Id` is how the backend stores a UUID.
+#[derive(sqlx::FromRow)]
+pub(crate) struct DatasetColumns<Id = Uuid> {
+    pub id: Id,
+    pub name: String,
+    #[sqlx(flatten)]
+    pub budget: BudgetColumns,
     pub l2_squared: f64,
     pub linf: f64,
     pub neighbouring: String,
@@ -54,20 +90,58 @@ impl<Id: Into<Uuid>> TryFrom<DatasetColumns<Id>> for Dataset {
     type Error = StoreError;
 
     fn try_from(c: DatasetColumns<Id>) -> Result<Dataset, StoreError> {
+        let budget = BudgetState::try_from(c.budget)?;
         Ok(Dataset {
             id: c.id.into(),
             name: c.name,
-            order: order(c.budget_order)?,
-            total: units(c.total_units, "total_units")?,
-            dp_target: dp_target(c.dp_epsilon, c.dp_delta)?,
+            order: budget.order,
+            total: budget.total,
+            dp_target: budget.dp_target,
             sensitivity: Sensitivity::new(c.l2_squared, c.linf)
                 .map_err(|_| corrupt("datasets.l2_squared/linf are not a valid sensitivity"))?,
             neighbouring: c.neighbouring,
             created_at: c.created_at,
             created_by: c.created_by,
+            spent: budget.spent,
+            releases: budget.releases,
+        })
+    }
+}
+
+/// A dataset's ledger figures, as stored.
+#[derive(sqlx::FromRow)]
+pub(crate) struct SummaryColumns<Id = Uuid> {
+    pub id: Id,
+    pub total_units: i64,
+    pub spent_units: i64,
+    pub release_count: i64,
+}
+
+impl<Id: Into<Uuid>> TryFrom<SummaryColumns<Id>> for LedgerSummary {
+    type Error = StoreError;
+
+    fn try_from(c: SummaryColumns<Id>) -> Result<LedgerSummary, StoreError> {
+        Ok(LedgerSummary {
+            dataset_id: c.id.into(),
+            total: units(c.total_units, "total_units")?,
             spent: units(c.spent_units, "spent_units")?,
             releases: c.release_count,
         })
+    }
+}
+
+/// What `new` became once committed as number `seq` at `created_at`.
+pub(crate) fn committed_release(new: &NewRelease, seq: i64, created_at: DateTime<Utc>) -> Release {
+    Release {
+        id: new.id,
+        dataset_id: new.dataset_id,
+        seq,
+        created_at,
+        created_by: new.created_by.clone(),
+        mechanism: new.mechanism.clone(),
+        cost: new.cost,
+        distribution: new.distribution.clone(),
+        idempotency_key: new.idempotency.as_ref().map(|i| i.key.clone()),
     }
 }
 
@@ -130,23 +204,6 @@ impl<Id: Into<Uuid>> ReleaseColumns<Id> {
 
 pub(crate) fn units(raw: i64, column: &str) -> Result<Units, StoreError> {
     Units::from_raw(raw).map_err(|_| corrupt(&format!("{column} is outside the ledger's range")))
-}
-
-pub(crate) fn order(value: f64) -> Result<Order, StoreError> {
-    Order::new(value).map_err(|_| corrupt("datasets.budget_order is not an order > 1"))
-}
-
-pub(crate) fn dp_target(
-    epsilon: Option<f64>,
-    delta: Option<f64>,
-) -> Result<Option<DpTarget>, StoreError> {
-    match (epsilon, delta) {
-        (Some(epsilon), Some(delta)) => Ok(Some(DpTarget { epsilon, delta })),
-        (None, None) => Ok(None),
-        _ => Err(corrupt(
-            "datasets.dp_epsilon and dp_delta must be both set or both null",
-        )),
-    }
 }
 
 /// A SHA-256 or HMAC-SHA-256 value.
@@ -238,13 +295,47 @@ mod tests {
     }
 
     #[test]
-    fn dataset_columns_are_checked() {
-        assert!(matches!(order(1.0), Err(StoreError::Corrupt(_))));
-        assert!(matches!(units(1 << 54, "x"), Err(StoreError::Corrupt(_))));
-        assert!(matches!(
-            dp_target(Some(1.0), None),
-            Err(StoreError::Corrupt(_))
-        ));
-        assert_eq!(dp_target(None, None).unwrap(), None);
+    fn budget_columns_are_checked() {
+        let good = || BudgetColumns {
+            budget_order: 8.0,
+            total_units: 1 << 40,
+            spent_units: 1 << 39,
+            release_count: 2,
+            dp_epsilon: Some(1.0),
+            dp_delta: Some(1e-6),
+        };
+        let budget = BudgetState::try_from(good()).unwrap();
+        assert_eq!((budget.spent.to_f64(), budget.releases), (0.5, 2));
+        assert_eq!(
+            budget.dp_target,
+            Some(DpTarget {
+                epsilon: 1.0,
+                delta: 1e-6
+            })
+        );
+
+        let is_corrupt =
+            |c: BudgetColumns| matches!(BudgetState::try_from(c), Err(StoreError::Corrupt(_)));
+        assert!(is_corrupt(BudgetColumns {
+            budget_order: 1.0,
+            ..good()
+        }));
+        assert!(is_corrupt(BudgetColumns {
+            total_units: 1 << 54,
+            ..good()
+        }));
+        assert!(is_corrupt(BudgetColumns {
+            spent_units: -1,
+            ..good()
+        }));
+        assert!(is_corrupt(BudgetColumns {
+            dp_delta: None,
+            ..good()
+        }));
+        assert!(!is_corrupt(BudgetColumns {
+            dp_epsilon: None,
+            dp_delta: None,
+            ..good()
+        }));
     }
 }

@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{Connection, PgConnection, Row};
+use sqlx::{Connection, FromRow, PgConnection, Row};
 use uuid::Uuid;
 
-use super::codec::{self, encode_distribution, DatasetColumns, ReleaseColumns};
+use super::codec::{
+    self, committed_release, encode_distribution, BudgetColumns, DatasetColumns, ReleaseColumns,
+    SummaryColumns, DATASET_COLUMNS,
+};
 use super::{store_error, StoreOptions};
 use crate::ledger::*;
 
@@ -18,9 +21,6 @@ use crate::ledger::*;
 /// database restart discards its dead connections instead of failing requests with them. Busy
 /// connections skip the ping: the release path stays one round trip.
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
-
-const DATASET_COLUMNS: &str = "id, name, budget_order, total_units, spent_units, release_count, \
-     dp_epsilon, dp_delta, l2_squared, linf, neighbouring, created_at, created_by";
 
 const RELEASE_COLUMNS: &str = "id, dataset_id, seq, created_at, created_by, \
      mechanism::text AS mechanism, cost_units, distribution, dimension, idempotency_key, fingerprint";
@@ -164,28 +164,13 @@ fn server_timeouts(acquire_timeout: Duration) -> [(&'static str, u128); 3] {
 
 fn committed(row: &PgRow, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
     let get = |e| store_error("commit_release", e);
-    let budget = BudgetState {
-        order: codec::order(row.try_get("budget_order").map_err(get)?)?,
-        total: codec::units(row.try_get("total_units").map_err(get)?, "total_units")?,
-        spent: codec::units(row.try_get("spent_units").map_err(get)?, "spent_units")?,
-        releases: row.try_get("release_count").map_err(get)?,
-        dp_target: codec::dp_target(
-            row.try_get("dp_epsilon").map_err(get)?,
-            row.try_get("dp_delta").map_err(get)?,
-        )?,
-    };
-    let release = Release {
-        id: new.id,
-        dataset_id: new.dataset_id,
-        seq: row.try_get("seq").map_err(get)?,
-        created_at: row.try_get("created_at").map_err(get)?,
-        created_by: new.created_by.clone(),
-        mechanism: new.mechanism.clone(),
-        cost: new.cost,
-        distribution: new.distribution.clone(),
-        idempotency_key: new.idempotency.as_ref().map(|i| i.key.clone()),
-    };
-    Ok(CommitOutcome::Committed { release, budget })
+    let budget = BudgetColumns::from_row(row).map_err(get)?.try_into()?;
+    let seq = row.try_get("seq").map_err(get)?;
+    let created_at = row.try_get("created_at").map_err(get)?;
+    Ok(CommitOutcome::Committed {
+        release: committed_release(new, seq, created_at),
+        budget,
+    })
 }
 
 fn is_idempotency_conflict(error: &sqlx::Error) -> bool {
@@ -421,23 +406,14 @@ impl LedgerStore for PgStore {
     }
 
     async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError> {
-        const CONTEXT: &str = "ledger_summaries";
-        let rows = sqlx::query(
+        sqlx::query_as::<_, SummaryColumns>(
             "SELECT id, total_units, spent_units, release_count FROM datasets ORDER BY created_at, id",
         )
         .fetch_all(&self.pool)
         .await
-        .map_err(|e| store_error(CONTEXT, e))?;
-        rows.iter()
-            .map(|row| {
-                let get = |e| store_error(CONTEXT, e);
-                Ok(LedgerSummary {
-                    dataset_id: row.try_get("id").map_err(get)?,
-                    total: codec::units(row.try_get("total_units").map_err(get)?, "total_units")?,
-                    spent: codec::units(row.try_get("spent_units").map_err(get)?, "spent_units")?,
-                    releases: row.try_get("release_count").map_err(get)?,
-                })
-            })
-            .collect()
+        .map_err(|e| store_error("ledger_summaries", e))?
+        .into_iter()
+        .map(LedgerSummary::try_from)
+        .collect()
     }
 }

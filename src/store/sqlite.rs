@@ -6,17 +6,17 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Row, SqliteConnection};
 use uuid::fmt::Hyphenated;
 use uuid::Uuid;
 
-use super::codec::{self, encode_distribution, DatasetColumns, ReleaseColumns};
+use super::codec::{
+    self, committed_release, encode_distribution, BudgetColumns, DatasetColumns, ReleaseColumns,
+    SummaryColumns, DATASET_COLUMNS,
+};
 use super::{store_error, StoreOptions};
 use crate::ledger::*;
-
-const DATASET_COLUMNS: &str = "id, name, budget_order, total_units, spent_units, release_count, \
-     dp_epsilon, dp_delta, l2_squared, linf, neighbouring, created_at, created_by";
 
 const RELEASE_COLUMNS: &str =
     "id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
@@ -91,20 +91,6 @@ async fn fetch_keyed(
         .map_err(|e| store_error(context, e))?
         .map(ReleaseColumns::into_keyed_release)
         .transpose()
-}
-
-fn charged_budget(row: &SqliteRow) -> Result<BudgetState, StoreError> {
-    let get = |e| store_error("commit_release", e);
-    Ok(BudgetState {
-        order: codec::order(row.try_get("budget_order").map_err(get)?)?,
-        total: codec::units(row.try_get("total_units").map_err(get)?, "total_units")?,
-        spent: codec::units(row.try_get("spent_units").map_err(get)?, "spent_units")?,
-        releases: row.try_get("release_count").map_err(get)?,
-        dp_target: codec::dp_target(
-            row.try_get("dp_epsilon").map_err(get)?,
-            row.try_get("dp_delta").map_err(get)?,
-        )?,
-    })
 }
 
 #[async_trait]
@@ -202,7 +188,7 @@ impl LedgerStore for SqliteStore {
             }
         }
 
-        let charged = sqlx::query(
+        let charged = sqlx::query_as::<_, BudgetColumns>(
             "UPDATE datasets SET spent_units = spent_units + $2, release_count = release_count + 1 \
              WHERE id = $1 AND spent_units + $2 <= total_units \
              RETURNING budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta",
@@ -222,7 +208,7 @@ impl LedgerStore for SqliteStore {
             tx.rollback().await.map_err(fail)?;
             return Ok(outcome);
         };
-        let budget = charged_budget(&charged)?;
+        let budget = BudgetState::try_from(charged)?;
 
         let dimension = i64::try_from(new.distribution.len())
             .map_err(|_| StoreError::Internal("commit_release: distribution too long".into()))?;
@@ -248,17 +234,7 @@ impl LedgerStore for SqliteStore {
         .map_err(fail)?;
         tx.commit().await.map_err(fail)?;
 
-        let release = Release {
-            id: new.id,
-            dataset_id: new.dataset_id,
-            seq: budget.releases,
-            created_at,
-            created_by: new.created_by.clone(),
-            mechanism: new.mechanism.clone(),
-            cost: new.cost,
-            distribution: new.distribution.clone(),
-            idempotency_key: new.idempotency.as_ref().map(|i| i.key.clone()),
-        };
+        let release = committed_release(new, budget.releases, created_at);
         Ok(CommitOutcome::Committed { release, budget })
     }
 
@@ -406,24 +382,14 @@ impl LedgerStore for SqliteStore {
     }
 
     async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError> {
-        const CONTEXT: &str = "ledger_summaries";
-        let rows = sqlx::query(
+        sqlx::query_as::<_, SummaryColumns<Hyphenated>>(
             "SELECT id, total_units, spent_units, release_count FROM datasets ORDER BY rowid",
         )
         .fetch_all(&self.pool)
         .await
-        .map_err(|e| store_error(CONTEXT, e))?;
-        rows.iter()
-            .map(|row| {
-                let get = |e| store_error(CONTEXT, e);
-                let id: Hyphenated = row.try_get("id").map_err(get)?;
-                Ok(LedgerSummary {
-                    dataset_id: id.into(),
-                    total: codec::units(row.try_get("total_units").map_err(get)?, "total_units")?,
-                    spent: codec::units(row.try_get("spent_units").map_err(get)?, "spent_units")?,
-                    releases: row.try_get("release_count").map_err(get)?,
-                })
-            })
-            .collect()
+        .map_err(|e| store_error("ledger_summaries", e))?
+        .into_iter()
+        .map(LedgerSummary::try_from)
+        .collect()
     }
 }
