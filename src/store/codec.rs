@@ -1,12 +1,341 @@
-//! Encodings shared by both backends.
-// SKELETON: the storage helper implements these.
+//! Encodings shared by both backends, and the checks that turn stored columns back into ledger
+//! types. A stored value the ledger cannot interpret is [`StoreError::Corrupt`], never a panic and
+//! never a silently wrong number.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::ledger::{
+    BudgetState, Dataset, DpTarget, LedgerSummary, NewRelease, Release, StoreError, Units,
+};
+use crate::privacy::{Order, Sensitivity};
+
+const F64_BYTES: usize = std::mem::size_of::<f64>();
 
 /// A probability vector as little-endian f64 bytes.
 pub fn encode_distribution(values: &[f64]) -> Vec<u8> {
-    todo!("{}", values.len())
+    let mut bytes = Vec::with_capacity(values.len() * F64_BYTES);
+    for value in values {
+        bytes.extend_from_slice(&value.to_le_bytes());
+    }
+    bytes
 }
 
 /// The inverse of [`encode_distribution`]; `None` if the length is not a multiple of 8.
 pub fn decode_distribution(bytes: &[u8]) -> Option<Vec<f64>> {
-    todo!("{}", bytes.len())
+    let chunks = bytes.chunks_exact(F64_BYTES);
+    if !chunks.remainder().is_empty() {
+        return None;
+    }
+    Some(
+        chunks
+            .map(|chunk| f64::from_le_bytes(chunk.try_into().expect("chunks_exact yields 8 bytes")))
+            .collect(),
+    )
+}
+
+/// The columns of a dataset, in the order both backends select them.
+pub(crate) const DATASET_COLUMNS: &str = "id, name, budget_order, total_units, spent_units, \
+     release_count, dp_epsilon, dp_delta, l2_squared, linf, neighbouring, created_at, created_by";
+
+/// The ledger columns of a dataset row, as stored.
+#[derive(sqlx::FromRow)]
+pub(crate) struct BudgetColumns {
+    pub budget_order: f64,
+    pub total_units: i64,
+    pub spent_units: i64,
+    pub release_count: i64,
+    pub dp_epsilon: Option<f64>,
+    pub dp_delta: Option<f64>,
+}
+
+impl TryFrom<BudgetColumns> for BudgetState {
+    type Error = StoreError;
+
+    fn try_from(c: BudgetColumns) -> Result<BudgetState, StoreError> {
+        Ok(BudgetState {
+            order: Order::new(c.budget_order)
+                .map_err(|_| corrupt("datasets.budget_order is not an order > 1"))?,
+            total: units(c.total_units, "total_units")?,
+            spent: units(c.spent_units, "spent_units")?,
+            releases: c.release_count,
+            dp_target: match (c.dp_epsilon, c.dp_delta) {
+                (Some(epsilon), Some(delta)) => Some(DpTarget { epsilon, delta }),
+                (None, None) => None,
+                _ => {
+                    return Err(corrupt(
+                        "datasets.dp_epsilon and dp_delta must be both set or both null",
+                    ))
+                }
+            },
+        })
+    }
+}
+
+/// A dataset row as stored, before its values are checked. `Id` is how the backend stores a UUID.
+#[derive(sqlx::FromRow)]
+pub(crate) struct DatasetColumns<Id = Uuid> {
+    pub id: Id,
+    pub name: String,
+    #[sqlx(flatten)]
+    pub budget: BudgetColumns,
+    pub l2_squared: f64,
+    pub linf: f64,
+    pub neighbouring: String,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+}
+
+impl<Id: Into<Uuid>> TryFrom<DatasetColumns<Id>> for Dataset {
+    type Error = StoreError;
+
+    fn try_from(c: DatasetColumns<Id>) -> Result<Dataset, StoreError> {
+        let budget = BudgetState::try_from(c.budget)?;
+        Ok(Dataset {
+            id: c.id.into(),
+            name: c.name,
+            order: budget.order,
+            total: budget.total,
+            dp_target: budget.dp_target,
+            sensitivity: Sensitivity::new(c.l2_squared, c.linf)
+                .map_err(|_| corrupt("datasets.l2_squared/linf are not a valid sensitivity"))?,
+            neighbouring: c.neighbouring,
+            created_at: c.created_at,
+            created_by: c.created_by,
+            spent: budget.spent,
+            releases: budget.releases,
+        })
+    }
+}
+
+/// A dataset's ledger figures, as stored.
+#[derive(sqlx::FromRow)]
+pub(crate) struct SummaryColumns<Id = Uuid> {
+    pub id: Id,
+    pub total_units: i64,
+    pub spent_units: i64,
+    pub release_count: i64,
+}
+
+impl<Id: Into<Uuid>> TryFrom<SummaryColumns<Id>> for LedgerSummary {
+    type Error = StoreError;
+
+    fn try_from(c: SummaryColumns<Id>) -> Result<LedgerSummary, StoreError> {
+        Ok(LedgerSummary {
+            dataset_id: c.id.into(),
+            total: units(c.total_units, "total_units")?,
+            spent: units(c.spent_units, "spent_units")?,
+            releases: c.release_count,
+        })
+    }
+}
+
+/// What `new` became once committed as number `seq` at `created_at`.
+pub(crate) fn committed_release(new: &NewRelease, seq: i64, created_at: DateTime<Utc>) -> Release {
+    Release {
+        id: new.id,
+        dataset_id: new.dataset_id,
+        seq,
+        created_at,
+        created_by: new.created_by.clone(),
+        mechanism: new.mechanism.clone(),
+        cost: new.cost,
+        distribution: new.distribution.clone(),
+        idempotency_key: new.idempotency.as_ref().map(|i| i.key.clone()),
+    }
+}
+
+/// A release row as stored, before its values are checked. `Id` is how the backend stores a UUID.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ReleaseColumns<Id = Uuid> {
+    pub id: Id,
+    pub dataset_id: Id,
+    pub seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+    /// JSON text: both backends hand the mechanism over as text (`jsonb::text` on PostgreSQL).
+    pub mechanism: String,
+    pub cost_units: i64,
+    pub distribution: Vec<u8>,
+    pub dimension: i64,
+    pub idempotency_key: Option<String>,
+    pub fingerprint: Option<Vec<u8>>,
+}
+
+impl<Id: Into<Uuid>> ReleaseColumns<Id> {
+    pub fn into_release(self) -> Result<Release, StoreError> {
+        Ok(self.into_parts()?.0)
+    }
+
+    /// The release and its stored fingerprint, which must be there (it was looked up by key).
+    pub fn into_keyed_release(self) -> Result<(Release, [u8; 32]), StoreError> {
+        match self.into_parts()? {
+            (release, Some(fingerprint)) => Ok((release, fingerprint)),
+            (_, None) => Err(corrupt(
+                "a release with an idempotency key has no fingerprint",
+            )),
+        }
+    }
+
+    fn into_parts(self) -> Result<(Release, Option<[u8; 32]>), StoreError> {
+        let distribution = decode_distribution(&self.distribution)
+            .filter(|values| i64::try_from(values.len()).ok() == Some(self.dimension))
+            .ok_or_else(|| corrupt("releases.distribution does not hold `dimension` f64 values"))?;
+        let mechanism = serde_json::from_str(&self.mechanism)
+            .map_err(|_| corrupt("releases.mechanism is not valid JSON"))?;
+        let fingerprint = self
+            .fingerprint
+            .map(|bytes| hash32(bytes, "releases.fingerprint"))
+            .transpose()?;
+        let release = Release {
+            id: self.id.into(),
+            dataset_id: self.dataset_id.into(),
+            seq: self.seq,
+            created_at: self.created_at,
+            created_by: self.created_by,
+            mechanism,
+            cost: units(self.cost_units, "cost_units")?,
+            distribution,
+            idempotency_key: self.idempotency_key,
+        };
+        Ok((release, fingerprint))
+    }
+}
+
+pub(crate) fn units(raw: i64, column: &str) -> Result<Units, StoreError> {
+    Units::from_raw(raw).map_err(|_| corrupt(&format!("{column} is outside the ledger's range")))
+}
+
+/// A SHA-256 or HMAC-SHA-256 value.
+pub(crate) fn hash32(bytes: Vec<u8>, column: &str) -> Result<[u8; 32], StoreError> {
+    <[u8; 32]>::try_from(bytes).map_err(|_| corrupt(&format!("{column} is not 32 bytes")))
+}
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Corrupt(what.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distributions_round_trip_bit_for_bit() {
+        let values = [
+            0.0,
+            -0.0,
+            0.1,
+            1.0 / 3.0,
+            f64::MIN_POSITIVE / 2.0,
+            f64::MAX,
+            f64::NAN,
+            1.0,
+        ];
+        let bytes = encode_distribution(&values);
+        assert_eq!(bytes.len(), 8 * values.len());
+        assert_eq!(&bytes[8..16], &(-0.0f64).to_le_bytes());
+        let back = decode_distribution(&bytes).unwrap();
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&back), bits(&values));
+        assert_eq!(decode_distribution(&[]), Some(vec![]));
+    }
+
+    #[test]
+    fn ragged_bytes_are_refused() {
+        assert_eq!(decode_distribution(&[0u8; 7]), None);
+        assert_eq!(decode_distribution(&[0u8; 17]), None);
+    }
+
+    #[test]
+    fn release_columns_are_checked() {
+        let good = || ReleaseColumns {
+            id: Uuid::nil(),
+            dataset_id: Uuid::nil(),
+            seq: 1,
+            created_at: Utc::now(),
+            created_by: "t".into(),
+            mechanism: r#"{"kind":"dirichlet"}"#.into(),
+            cost_units: 1 << 40,
+            distribution: encode_distribution(&[0.25, 0.75]),
+            dimension: 2,
+            idempotency_key: Some("k".into()),
+            fingerprint: Some(vec![7; 32]),
+        };
+        let (release, fingerprint) = good().into_keyed_release().unwrap();
+        assert_eq!(release.distribution, vec![0.25, 0.75]);
+        assert_eq!(release.cost.to_f64(), 1.0);
+        assert_eq!(fingerprint, [7; 32]);
+
+        let is_corrupt =
+            |c: ReleaseColumns| matches!(c.into_keyed_release(), Err(StoreError::Corrupt(_)));
+        assert!(is_corrupt(ReleaseColumns {
+            dimension: 3,
+            ..good()
+        }));
+        assert!(is_corrupt(ReleaseColumns {
+            distribution: vec![0; 12],
+            ..good()
+        }));
+        assert!(is_corrupt(ReleaseColumns {
+            mechanism: "{".into(),
+            ..good()
+        }));
+        assert!(is_corrupt(ReleaseColumns {
+            cost_units: -1,
+            ..good()
+        }));
+        assert!(is_corrupt(ReleaseColumns {
+            fingerprint: Some(vec![0; 31]),
+            ..good()
+        }));
+        assert!(is_corrupt(ReleaseColumns {
+            fingerprint: None,
+            ..good()
+        }));
+    }
+
+    #[test]
+    fn budget_columns_are_checked() {
+        let good = || BudgetColumns {
+            budget_order: 8.0,
+            total_units: 1 << 40,
+            spent_units: 1 << 39,
+            release_count: 2,
+            dp_epsilon: Some(1.0),
+            dp_delta: Some(1e-6),
+        };
+        let budget = BudgetState::try_from(good()).unwrap();
+        assert_eq!((budget.spent.to_f64(), budget.releases), (0.5, 2));
+        assert_eq!(
+            budget.dp_target,
+            Some(DpTarget {
+                epsilon: 1.0,
+                delta: 1e-6
+            })
+        );
+
+        let is_corrupt =
+            |c: BudgetColumns| matches!(BudgetState::try_from(c), Err(StoreError::Corrupt(_)));
+        assert!(is_corrupt(BudgetColumns {
+            budget_order: 1.0,
+            ..good()
+        }));
+        assert!(is_corrupt(BudgetColumns {
+            total_units: 1 << 54,
+            ..good()
+        }));
+        assert!(is_corrupt(BudgetColumns {
+            spent_units: -1,
+            ..good()
+        }));
+        assert!(is_corrupt(BudgetColumns {
+            dp_delta: None,
+            ..good()
+        }));
+        assert!(!is_corrupt(BudgetColumns {
+            dp_epsilon: None,
+            dp_delta: None,
+            ..good()
+        }));
+    }
 }

@@ -8,6 +8,9 @@ pub mod sqlite;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::error::DatabaseError;
+use sqlx::migrate::MigrateError;
+
 use crate::ledger::{LedgerStore, StoreError};
 
 /// Connection settings shared by both backends.
@@ -21,18 +24,134 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        Self { max_connections: 16, acquire_timeout: Duration::from_secs(5) }
+        Self {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+        }
     }
 }
 
 /// Open the store named by `url` (`postgres://…`/`postgresql://…` or `sqlite://…`/`sqlite:…`),
 /// creating a SQLite file if needed, and apply that backend's migrations.
-pub async fn connect(url: &str, options: &StoreOptions) -> Result<Arc<dyn LedgerStore>, StoreError> {
+pub async fn connect(
+    url: &str,
+    options: &StoreOptions,
+) -> Result<Arc<dyn LedgerStore>, StoreError> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(postgres::PgStore::connect(url, options).await?))
     } else if url.starts_with("sqlite:") {
         Ok(Arc::new(sqlite::SqliteStore::connect(url, options).await?))
     } else {
-        Err(StoreError::Internal("database URL must start with postgres://, postgresql:// or sqlite:".into()))
+        Err(StoreError::Internal(
+            "database URL must start with postgres://, postgresql:// or sqlite:".into(),
+        ))
+    }
+}
+
+/// Classifies a sqlx error for the HTTP layer: `Unavailable` is what a retry may cure (503),
+/// `Corrupt` is stored data that cannot be read, everything else is `Internal`. `context` names the
+/// operation. Messages are built from error kinds, codes and schema names only, never from a
+/// driver's free text that may quote a bound value (PostgreSQL's data and constraint errors do)
+/// or from the connection URL (which may hold a password).
+pub(crate) fn store_error(context: &str, error: sqlx::Error) -> StoreError {
+    use sqlx::Error as E;
+    match error {
+        E::PoolTimedOut => StoreError::Unavailable(format!(
+            "{context}: timed out waiting for a database connection"
+        )),
+        E::PoolClosed => {
+            StoreError::Unavailable(format!("{context}: the connection pool is closed"))
+        }
+        E::WorkerCrashed => {
+            StoreError::Unavailable(format!("{context}: the database worker thread stopped"))
+        }
+        E::Io(io) => StoreError::Unavailable(format!(
+            "{context}: I/O error talking to the database: {io}"
+        )),
+        E::Tls(_) => {
+            StoreError::Unavailable(format!("{context}: TLS error talking to the database"))
+        }
+        E::Database(db) => database_error(context, db.as_ref()),
+        E::ColumnDecode { index, .. } => StoreError::Corrupt(format!(
+            "{context}: stored column {index} cannot be decoded"
+        )),
+        E::Decode(_) => StoreError::Corrupt(format!("{context}: a stored value cannot be decoded")),
+        E::Migrate(migrate) => match *migrate {
+            MigrateError::Execute(inner) | MigrateError::ExecuteMigration(inner, _) => {
+                store_error(&format!("{context}: migrations"), inner)
+            }
+            // Version bookkeeping only: no values in these messages.
+            other => StoreError::Internal(format!("{context}: migrations: {other}")),
+        },
+        E::Configuration(_) => {
+            StoreError::Internal(format!("{context}: invalid database URL or options"))
+        }
+        E::RowNotFound
+        | E::TypeNotFound { .. }
+        | E::ColumnIndexOutOfBounds { .. }
+        | E::ColumnNotFound(_)
+        | E::BeginFailed
+        | E::InvalidSavePointStatement => StoreError::Internal(format!("{context}: {error}")),
+        _ => StoreError::Internal(format!("{context}: unexpected database driver error")),
+    }
+}
+
+fn database_error(context: &str, db: &dyn DatabaseError) -> StoreError {
+    if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+        return postgres_error(context, pg);
+    }
+    if let Some(sqlite) = db.try_downcast_ref::<sqlx::sqlite::SqliteError>() {
+        return sqlite_error(context, sqlite);
+    }
+    StoreError::Internal(format!("{context}: database error"))
+}
+
+fn postgres_error(context: &str, pg: &sqlx::postgres::PgDatabaseError) -> StoreError {
+    let code = pg.code();
+    let mut message = format!("{context}: SQLSTATE {code}");
+    if let Some(constraint) = pg.constraint() {
+        message.push_str(&format!(" (constraint {constraint})"));
+    }
+    // Classes 22 (data exception) and 23 (integrity violation) quote values in their text;
+    // the others speak of the server and the schema.
+    if !(code.starts_with("22") || code.starts_with("23")) {
+        message.push_str(&format!(": {}", pg.message()));
+    }
+    let class = &code[..code.len().min(2)];
+    let unavailable = matches!(class, "08" | "53")
+        || matches!(
+            code,
+            // shutdown, crash, cannot connect now
+            "57P01" | "57P02" | "57P03"
+            // serialization failure, deadlock: the transaction did nothing and may be retried
+            | "40001" | "40P01"
+            // read-only transaction (a standby or default_transaction_read_only)
+            | "25006"
+            // statement_timeout and lock_timeout: busy past the time we are willing to wait
+            | "57014" | "55P03"
+        );
+    if unavailable {
+        StoreError::Unavailable(message)
+    } else if matches!(code, "XX001" | "XX002") {
+        StoreError::Corrupt(message)
+    } else {
+        StoreError::Internal(message)
+    }
+}
+
+fn sqlite_error(context: &str, sqlite: &sqlx::sqlite::SqliteError) -> StoreError {
+    // Extended result code; its low byte is the primary code.
+    let code = sqlite
+        .code()
+        .and_then(|c| c.parse::<i32>().ok())
+        .unwrap_or(-1);
+    // SQLite's messages name tables, columns and constraints, never bound values.
+    let message = format!("{context}: SQLite error {code}: {}", sqlite.message());
+    match code & 0xff {
+        // BUSY, LOCKED, NOMEM, READONLY, IOERR, FULL, CANTOPEN, PROTOCOL
+        5 | 6 | 7 | 8 | 10 | 13 | 14 | 15 => StoreError::Unavailable(message),
+        // CORRUPT, NOTADB
+        11 | 26 => StoreError::Corrupt(message),
+        _ => StoreError::Internal(message),
     }
 }

@@ -1,10 +1,50 @@
-//! PostgreSQL backend.
-// SKELETON: the storage helper implements this.
+//! PostgreSQL backend. Several replicas may share one database, so every decision that must be
+//! serialised (admission, sequence numbers, first-writer-wins secrets) is made by the database
+//! inside a single statement or transaction, never by a read in the service followed by a write.
+
+use std::str::FromStr;
+use std::time::Duration;
+
 use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{Connection, FromRow, PgConnection, Row};
 use uuid::Uuid;
 
-use super::StoreOptions;
+use super::codec::{
+    self, committed_release, encode_distribution, BudgetColumns, DatasetColumns, ReleaseColumns,
+    SummaryColumns, DATASET_COLUMNS,
+};
+use super::{store_error, StoreOptions};
 use crate::ledger::*;
+
+/// A connection idle for longer than this is pinged before use, so that a pool that outlived a
+/// database restart discards its dead connections instead of failing requests with them. Busy
+/// connections skip the ping: the release path stays one round trip.
+const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
+
+const RELEASE_COLUMNS: &str = "id, dataset_id, seq, created_at, created_by, \
+     mechanism::text AS mechanism, cost_units, distribution, dimension, idempotency_key, fingerprint";
+
+/// Admission, charge and record in one statement. The UPDATE's row lock serialises releases of a
+/// dataset: under READ COMMITTED a waiting UPDATE re-evaluates its WHERE clause against the
+/// row as committed by the previous holder, so `spent + cost <= total` and `release_count` are
+/// always current. The INSERT runs only if the UPDATE matched; a duplicate idempotency key makes
+/// it fail, which aborts the whole statement, charge included.
+const COMMIT_RELEASE: &str = "\
+WITH charged AS (
+    UPDATE datasets
+       SET spent_units = spent_units + $2, release_count = release_count + 1
+     WHERE id = $1 AND spent_units + $2 <= total_units
+ RETURNING id, budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta
+), recorded AS (
+    INSERT INTO releases (id, dataset_id, seq, created_by, mechanism, cost_units, distribution,
+                          dimension, idempotency_key, fingerprint)
+    SELECT $3, charged.id, charged.release_count, $4, $5::jsonb, $2, $6, $7, $8, $9 FROM charged
+ RETURNING seq, created_at
+)
+SELECT charged.budget_order, charged.total_units, charged.spent_units, charged.release_count,
+       charged.dp_epsilon, charged.dp_delta, recorded.seq, recorded.created_at
+  FROM charged CROSS JOIN recorded";
 
 pub struct PgStore {
     pool: sqlx::PgPool,
@@ -12,11 +52,131 @@ pub struct PgStore {
 
 impl PgStore {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
-        todo!("{url} {options:?}")
+        let base = PgConnectOptions::from_str(url)
+            .map_err(|e| store_error("connect", e))?
+            .application_name("dirichlet-release");
+
+        // Migrations get a connection of their own: the migrator holds an advisory lock (so that
+        // replicas starting together take turns), which must not stay behind on a pooled
+        // connection if a migration fails, and waiting for another replica's migration is not a
+        // request to time out.
+        let mut conn =
+            tokio::time::timeout(options.acquire_timeout, PgConnection::connect_with(&base))
+                .await
+                .map_err(|_| {
+                    StoreError::Unavailable("connect: timed out connecting to PostgreSQL".into())
+                })?
+                .map_err(|e| store_error("connect", e))?;
+        sqlx::migrate!("migrations/postgres")
+            .run_direct(&mut conn)
+            .await
+            .map_err(|e| store_error("connect", e.into()))?;
+        // A failed goodbye changes nothing: the migrations are committed.
+        let _ = conn.close().await;
+
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IF_IDLE_FOR {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
+            .connect_lazy_with(base.options(server_timeouts(options.acquire_timeout)));
+        Ok(Self { pool })
     }
+
     pub fn pool(&self) -> &sqlx::PgPool {
         &self.pool
     }
+
+    async fn fetch_dataset(&self, context: &str, id: Uuid) -> Result<Option<Dataset>, StoreError> {
+        let sql = format!("SELECT {DATASET_COLUMNS} FROM datasets WHERE id = $1");
+        sqlx::query_as::<_, DatasetColumns>(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| store_error(context, e))?
+            .map(Dataset::try_from)
+            .transpose()
+    }
+
+    async fn fetch_keyed(
+        &self,
+        context: &str,
+        dataset_id: Uuid,
+        key: &str,
+    ) -> Result<Option<(Release, [u8; 32])>, StoreError> {
+        let sql = format!(
+            "SELECT {RELEASE_COLUMNS} FROM releases WHERE dataset_id = $1 AND idempotency_key = $2"
+        );
+        sqlx::query_as::<_, ReleaseColumns>(&sql)
+            .bind(dataset_id)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| store_error(context, e))?
+            .map(ReleaseColumns::into_keyed_release)
+            .transpose()
+    }
+
+    /// Why the commit statement matched no row. The answer cannot go stale: `spent` only grows,
+    /// a dataset is never deleted and an idempotency key, once stored, stays.
+    async fn refused(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
+        const CONTEXT: &str = "commit_release";
+        // A concurrent retry may have taken the last of the budget with this very key.
+        if let Some(idempotency) = &new.idempotency {
+            if let Some((release, fingerprint)) = self
+                .fetch_keyed(CONTEXT, new.dataset_id, &idempotency.key)
+                .await?
+            {
+                return Ok(CommitOutcome::Existing {
+                    release,
+                    fingerprint,
+                });
+            }
+        }
+        Ok(match self.fetch_dataset(CONTEXT, new.dataset_id).await? {
+            None => CommitOutcome::DatasetNotFound,
+            Some(dataset) => CommitOutcome::Exhausted {
+                budget: dataset.budget(),
+            },
+        })
+    }
+}
+
+/// Server-side limits, so that a statement stuck behind a lock or a slow disk ends with an error
+/// the service reports as unavailable instead of holding a connection indefinitely. Waiting for a
+/// dataset's row lock is bounded like waiting for a connection.
+fn server_timeouts(acquire_timeout: Duration) -> [(&'static str, u128); 3] {
+    let lock = acquire_timeout.as_millis().max(1);
+    let statement = (2 * acquire_timeout).as_millis().max(1000);
+    [
+        ("lock_timeout", lock),
+        ("statement_timeout", statement),
+        ("idle_in_transaction_session_timeout", statement),
+    ]
+}
+
+fn committed(row: &PgRow, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
+    let get = |e| store_error("commit_release", e);
+    let budget = BudgetColumns::from_row(row).map_err(get)?.try_into()?;
+    let seq = row.try_get("seq").map_err(get)?;
+    let created_at = row.try_get("created_at").map_err(get)?;
+    Ok(CommitOutcome::Committed {
+        release: committed_release(new, seq, created_at),
+        budget,
+    })
+}
+
+fn is_idempotency_conflict(error: &sqlx::Error) -> bool {
+    error.as_database_error().is_some_and(|db| {
+        db.is_unique_violation() && db.constraint() == Some("releases_idempotency_unique")
+    })
 }
 
 #[async_trait]
@@ -24,43 +184,236 @@ impl LedgerStore for PgStore {
     fn backend(&self) -> &'static str {
         "postgres"
     }
+
     async fn ping(&self) -> Result<(), StoreError> {
-        todo!()
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(drop)
+            .map_err(|e| store_error("ping", e))
     }
+
     async fn create_dataset(&self, new: &NewDataset) -> Result<Dataset, StoreError> {
-        todo!("{new:?}")
+        let sql = format!(
+            "INSERT INTO datasets (id, name, budget_order, total_units, dp_epsilon, dp_delta, \
+                                   l2_squared, linf, neighbouring, created_by) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {DATASET_COLUMNS}"
+        );
+        sqlx::query_as::<_, DatasetColumns>(&sql)
+            .bind(new.id)
+            .bind(&new.name)
+            .bind(new.order.get())
+            .bind(new.total.raw())
+            .bind(new.dp_target.map(|t| t.epsilon))
+            .bind(new.dp_target.map(|t| t.delta))
+            .bind(new.sensitivity.l2_squared())
+            .bind(new.sensitivity.linf())
+            .bind(&new.neighbouring)
+            .bind(&new.created_by)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| store_error("create_dataset", e))?
+            .try_into()
     }
+
     async fn get_dataset(&self, id: Uuid) -> Result<Option<Dataset>, StoreError> {
-        todo!("{id}")
+        self.fetch_dataset("get_dataset", id).await
     }
+
     async fn list_datasets(&self, only: Option<&[Uuid]>) -> Result<Vec<Dataset>, StoreError> {
-        todo!("{only:?}")
+        let sql = format!(
+            "SELECT {DATASET_COLUMNS} FROM datasets \
+             WHERE $1::uuid[] IS NULL OR id = ANY($1) ORDER BY created_at, id"
+        );
+        sqlx::query_as::<_, DatasetColumns>(&sql)
+            .bind(only)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| store_error("list_datasets", e))?
+            .into_iter()
+            .map(Dataset::try_from)
+            .collect()
     }
+
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
-        todo!("{}", new.id)
+        const CONTEXT: &str = "commit_release";
+        // The common retry costs one read and no failed statement.
+        if let Some(idempotency) = &new.idempotency {
+            if let Some((release, fingerprint)) = self
+                .fetch_keyed(CONTEXT, new.dataset_id, &idempotency.key)
+                .await?
+            {
+                return Ok(CommitOutcome::Existing {
+                    release,
+                    fingerprint,
+                });
+            }
+        }
+        let dimension = i64::try_from(new.distribution.len())
+            .map_err(|_| StoreError::Internal("commit_release: distribution too long".into()))?;
+        let result = sqlx::query(COMMIT_RELEASE)
+            .bind(new.dataset_id)
+            .bind(new.cost.raw())
+            .bind(new.id)
+            .bind(&new.created_by)
+            .bind(new.mechanism.to_string())
+            .bind(encode_distribution(&new.distribution))
+            .bind(dimension)
+            .bind(new.idempotency.as_ref().map(|i| i.key.as_str()))
+            .bind(new.idempotency.as_ref().map(|i| &i.fingerprint[..]))
+            .fetch_optional(&self.pool)
+            .await;
+        match result {
+            Ok(Some(row)) => committed(&row, new),
+            Ok(None) => self.refused(new).await,
+            // A concurrent request with the same key committed first; this one charged nothing.
+            Err(e) if is_idempotency_conflict(&e) => {
+                let key = new.idempotency.as_ref().map_or("", |i| i.key.as_str());
+                match self.fetch_keyed(CONTEXT, new.dataset_id, key).await? {
+                    Some((release, fingerprint)) => Ok(CommitOutcome::Existing {
+                        release,
+                        fingerprint,
+                    }),
+                    None => Err(store_error(CONTEXT, e)),
+                }
+            }
+            Err(e) => Err(store_error(CONTEXT, e)),
+        }
     }
-    async fn find_by_idempotency_key(&self, dataset_id: Uuid, key: &str) -> Result<Option<(Release, [u8; 32])>, StoreError> {
-        todo!("{dataset_id} {key}")
+
+    async fn find_by_idempotency_key(
+        &self,
+        dataset_id: Uuid,
+        key: &str,
+    ) -> Result<Option<(Release, [u8; 32])>, StoreError> {
+        self.fetch_keyed("find_by_idempotency_key", dataset_id, key)
+            .await
     }
-    async fn get_release(&self, dataset_id: Uuid, release_id: Uuid) -> Result<Option<Release>, StoreError> {
-        todo!("{dataset_id} {release_id}")
+
+    async fn get_release(
+        &self,
+        dataset_id: Uuid,
+        release_id: Uuid,
+    ) -> Result<Option<Release>, StoreError> {
+        let sql =
+            format!("SELECT {RELEASE_COLUMNS} FROM releases WHERE dataset_id = $1 AND id = $2");
+        sqlx::query_as::<_, ReleaseColumns>(&sql)
+            .bind(dataset_id)
+            .bind(release_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| store_error("get_release", e))?
+            .map(ReleaseColumns::into_release)
+            .transpose()
     }
-    async fn list_releases(&self, dataset_id: Uuid, before: Option<i64>, limit: u32) -> Result<Vec<Release>, StoreError> {
-        todo!("{dataset_id} {before:?} {limit}")
+
+    async fn list_releases(
+        &self,
+        dataset_id: Uuid,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Release>, StoreError> {
+        // COALESCE rather than `$2 IS NULL OR`, so that one plan walks the (dataset_id, seq) index.
+        let sql = format!(
+            "SELECT {RELEASE_COLUMNS} FROM releases \
+             WHERE dataset_id = $1 AND seq < COALESCE($2, 9223372036854775807) \
+             ORDER BY seq DESC LIMIT $3"
+        );
+        sqlx::query_as::<_, ReleaseColumns>(&sql)
+            .bind(dataset_id)
+            .bind(before)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| store_error("list_releases", e))?
+            .into_iter()
+            .map(ReleaseColumns::into_release)
+            .collect()
     }
+
     async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
-        todo!("{}", token.id)
+        // One statement, so the token never exists without its scope.
+        sqlx::query(
+            "WITH token AS ( \
+                 INSERT INTO tokens (id, secret_hash, role, created_at) VALUES ($1, $2, $3, $4) \
+                 RETURNING id) \
+             INSERT INTO token_datasets (token_id, dataset_id) \
+             SELECT DISTINCT token.id, scope.dataset_id FROM token, unnest($5::uuid[]) AS scope(dataset_id)",
+        )
+        .bind(&token.id)
+        .bind(&token.secret_hash[..])
+        .bind(token.role.as_str())
+        .bind(token.created_at)
+        .bind(&token.datasets[..])
+        .execute(&self.pool)
+        .await
+        .map(drop)
+        .map_err(|e| store_error("create_token", e))
     }
+
     async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError> {
-        todo!("{id}")
+        const CONTEXT: &str = "find_token";
+        let row = sqlx::query(
+            "SELECT id, secret_hash, role, created_at, \
+                    ARRAY(SELECT dataset_id FROM token_datasets WHERE token_id = tokens.id \
+                          ORDER BY dataset_id) AS datasets \
+             FROM tokens WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| store_error(CONTEXT, e))?;
+        let Some(row) = row else { return Ok(None) };
+        let get = |e| store_error(CONTEXT, e);
+        let role: String = row.try_get("role").map_err(get)?;
+        Ok(Some(TokenRecord {
+            id: row.try_get("id").map_err(get)?,
+            secret_hash: codec::hash32(
+                row.try_get("secret_hash").map_err(get)?,
+                "tokens.secret_hash",
+            )?,
+            role: Role::parse(&role)
+                .ok_or_else(|| StoreError::Corrupt("tokens.role is not a known role".into()))?,
+            datasets: row.try_get("datasets").map_err(get)?,
+            created_at: row.try_get("created_at").map_err(get)?,
+        }))
     }
+
     async fn secret_or_init(&self, name: &str, init: &[u8]) -> Result<Vec<u8>, StoreError> {
-        todo!("{name} {}", init.len())
+        const CONTEXT: &str = "secret_or_init";
+        // Reading first keeps a start-up against an initialised database free of writes.
+        if let Some(value) = self.get_secret(name).await? {
+            return Ok(value);
+        }
+        // A stored secret never changes, so whichever insert won is what the read-back returns.
+        sqlx::query("INSERT INTO server_secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
+            .bind(name)
+            .bind(init)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| store_error(CONTEXT, e))?;
+        self.get_secret(name).await?.ok_or_else(|| {
+            StoreError::Internal("secret_or_init: the secret vanished after insertion".into())
+        })
     }
+
     async fn get_secret(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        todo!("{name}")
+        sqlx::query_scalar("SELECT value FROM server_secrets WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| store_error("get_secret", e))
     }
+
     async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError> {
-        todo!()
+        sqlx::query_as::<_, SummaryColumns>(
+            "SELECT id, total_units, spent_units, release_count FROM datasets ORDER BY created_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error("ledger_summaries", e))?
+        .into_iter()
+        .map(LedgerSummary::try_from)
+        .collect()
     }
 }

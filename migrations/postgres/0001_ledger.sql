@@ -1,0 +1,75 @@
+-- The ledger schema. Amounts of privacy loss are integers on the 2^-40 grid (src/ledger/charge.rs),
+-- never floats, so that spent_units is exactly the sum of the charges. No table has a column for
+-- raw counts: a release stores only its output.
+
+CREATE TABLE datasets (
+    id            UUID PRIMARY KEY,
+    name          TEXT NOT NULL,
+    budget_order  DOUBLE PRECISION NOT NULL,
+    total_units   BIGINT NOT NULL,
+    spent_units   BIGINT NOT NULL DEFAULT 0,
+    release_count BIGINT NOT NULL DEFAULT 0,
+    dp_epsilon    DOUBLE PRECISION,
+    dp_delta      DOUBLE PRECISION,
+    l2_squared    DOUBLE PRECISION NOT NULL,
+    linf          DOUBLE PRECISION NOT NULL,
+    neighbouring  TEXT NOT NULL,
+    created_at    TIMESTAMPTZ NOT NULL DEFAULT now(),
+    created_by    TEXT NOT NULL,
+    CONSTRAINT datasets_order_valid CHECK (budget_order > 1 AND budget_order < 'Infinity'),
+    -- 2^53 units = the ledger's maximum of 8192 (Units::from_raw refuses more).
+    CONSTRAINT datasets_total_range CHECK (total_units BETWEEN 0 AND 9007199254740992),
+    CONSTRAINT datasets_spent_nonnegative CHECK (spent_units >= 0),
+    CONSTRAINT datasets_spent_within_total CHECK (spent_units <= total_units),
+    CONSTRAINT datasets_release_count_nonnegative CHECK (release_count >= 0),
+    CONSTRAINT datasets_dp_target_pair CHECK ((dp_epsilon IS NULL) = (dp_delta IS NULL)),
+    CONSTRAINT datasets_dp_target_range CHECK (dp_epsilon > 0 AND dp_epsilon < 'Infinity' AND dp_delta > 0 AND dp_delta < 1),
+    CONSTRAINT datasets_sensitivity_valid CHECK (linf > 0 AND l2_squared >= linf * linf AND l2_squared < 'Infinity'),
+    CONSTRAINT datasets_neighbouring_known CHECK (neighbouring IN ('replace_one', 'add_remove_one', 'custom'))
+);
+
+CREATE TABLE releases (
+    id              UUID PRIMARY KEY,
+    dataset_id      UUID NOT NULL REFERENCES datasets (id),
+    -- 1, 2, ... per dataset: the dataset's release_count right after this release's charge.
+    seq             BIGINT NOT NULL,
+    created_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    created_by      TEXT NOT NULL,
+    mechanism       JSONB NOT NULL,
+    cost_units      BIGINT NOT NULL,
+    -- Little-endian f64s (src/store/codec.rs).
+    distribution    BYTEA NOT NULL,
+    dimension       BIGINT NOT NULL,
+    idempotency_key TEXT,
+    -- HMAC-SHA-256 of the canonical request, to tell a retry from a different request.
+    fingerprint     BYTEA,
+    CONSTRAINT releases_seq_positive CHECK (seq >= 1),
+    CONSTRAINT releases_cost_range CHECK (cost_units BETWEEN 0 AND 9007199254740992),
+    CONSTRAINT releases_distribution_length CHECK (octet_length(distribution) = 8 * dimension),
+    CONSTRAINT releases_fingerprint_length CHECK (octet_length(fingerprint) = 32),
+    CONSTRAINT releases_idempotency_pair CHECK ((idempotency_key IS NULL) = (fingerprint IS NULL)),
+    -- Also the index behind "newest first" pages.
+    CONSTRAINT releases_dataset_seq_unique UNIQUE (dataset_id, seq),
+    -- The store recognises this name: a violation means a concurrent retry committed first.
+    CONSTRAINT releases_idempotency_unique UNIQUE (dataset_id, idempotency_key)
+);
+
+CREATE TABLE tokens (
+    id          TEXT PRIMARY KEY,
+    secret_hash BYTEA NOT NULL,
+    role        TEXT NOT NULL,
+    created_at  TIMESTAMPTZ NOT NULL,
+    CONSTRAINT tokens_secret_hash_length CHECK (octet_length(secret_hash) = 32),
+    CONSTRAINT tokens_role_known CHECK (role IN ('admin', 'analyst'))
+);
+
+CREATE TABLE token_datasets (
+    token_id   TEXT NOT NULL REFERENCES tokens (id) ON DELETE CASCADE,
+    dataset_id UUID NOT NULL REFERENCES datasets (id),
+    PRIMARY KEY (token_id, dataset_id)
+);
+
+CREATE TABLE server_secrets (
+    name  TEXT PRIMARY KEY,
+    value BYTEA NOT NULL
+);

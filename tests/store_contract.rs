@@ -1,0 +1,1182 @@
+//! The `LedgerStore` contract, checked against both backends: every test in `contract_tests!`
+//! runs once on a fresh SQLite file and once on a fresh PostgreSQL database. Backend-specific
+//! behaviour (read-only files, row locks, migration races, the test server itself) follows.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{SubsecRound, Utc};
+use dirichlet_release::ledger::*;
+use dirichlet_release::privacy::{Order, Sensitivity};
+use dirichlet_release::store::{connect, StoreOptions};
+use serde_json::json;
+use sqlx::{Connection, Executor};
+use uuid::Uuid;
+
+use common::pg;
+
+struct Fixture {
+    store: Arc<dyn LedgerStore>,
+    url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+fn options() -> StoreOptions {
+    StoreOptions {
+        max_connections: 8,
+        acquire_timeout: Duration::from_secs(5),
+    }
+}
+
+async fn sqlite() -> Fixture {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let url = format!("sqlite://{}", dir.path().join("ledger.db").display());
+    let store = connect(&url, &options())
+        .await
+        .expect("open the SQLite store");
+    assert_eq!(store.backend(), "sqlite");
+    Fixture {
+        store,
+        url,
+        _dir: Some(dir),
+    }
+}
+
+async fn postgres() -> Fixture {
+    let url = pg::fresh_database().await;
+    let store = connect(&url, &options())
+        .await
+        .expect("open the PostgreSQL store");
+    assert_eq!(store.backend(), "postgres");
+    Fixture {
+        store,
+        url,
+        _dir: None,
+    }
+}
+
+/// `name => name_sqlite, name_postgres;` runs `name(fixture)` on each backend.
+macro_rules! contract_tests {
+    ($($test:ident => $on_sqlite:ident, $on_postgres:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $on_sqlite() {
+            $test(sqlite().await).await
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $on_postgres() {
+            $test(postgres().await).await
+        }
+    )*};
+}
+
+contract_tests! {
+    datasets_round_trip => datasets_round_trip_sqlite, datasets_round_trip_postgres;
+    commits_until_exhausted => commits_until_exhausted_sqlite, commits_until_exhausted_postgres;
+    grid_rounding_never_admits_more => grid_rounding_never_admits_more_sqlite, grid_rounding_never_admits_more_postgres;
+    unknown_dataset => unknown_dataset_sqlite, unknown_dataset_postgres;
+    idempotent_retries => idempotent_retries_sqlite, idempotent_retries_postgres;
+    concurrent_commits_respect_the_budget => concurrent_commits_respect_the_budget_sqlite, concurrent_commits_respect_the_budget_postgres;
+    concurrent_retries_commit_once => concurrent_retries_commit_once_sqlite, concurrent_retries_commit_once_postgres;
+    releases_round_trip => releases_round_trip_sqlite, releases_round_trip_postgres;
+    tokens_round_trip => tokens_round_trip_sqlite, tokens_round_trip_postgres;
+    secrets_first_writer_wins => secrets_first_writer_wins_sqlite, secrets_first_writer_wins_postgres;
+    ledger_summaries => ledger_summaries_sqlite, ledger_summaries_postgres;
+    errors_never_echo_values => errors_never_echo_values_sqlite, errors_never_echo_values_postgres;
+}
+
+// ----- fixtures -----
+
+fn new_dataset(name: &str, budget: f64) -> NewDataset {
+    NewDataset {
+        id: Uuid::now_v7(),
+        name: name.to_owned(),
+        order: Order::new(8.0).unwrap(),
+        total: Units::floor(budget).unwrap(),
+        dp_target: Some(DpTarget {
+            epsilon: 1.5,
+            delta: 1e-6,
+        }),
+        sensitivity: Sensitivity::REPLACE_ONE,
+        neighbouring: "replace_one".to_owned(),
+        created_by: "admin-token".to_owned(),
+    }
+}
+
+fn fingerprint(seed: &str) -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    for (i, b) in seed.bytes().cycle().take(32).enumerate() {
+        bytes[i] = b.wrapping_add(i as u8);
+    }
+    bytes
+}
+
+fn new_release(dataset_id: Uuid, cost: Units, key: Option<&str>) -> NewRelease {
+    NewRelease {
+        id: Uuid::now_v7(),
+        dataset_id,
+        created_by: "analyst-token".to_owned(),
+        mechanism: json!({
+            "kind": "dirichlet",
+            "r": 12.5,
+            "alpha": [0.5, 0.1, 1e-7],
+            "sigma": null,
+            "calibration": {"target_epsilon": 1.5, "iterations": 17, "note": "ünïcode"}
+        }),
+        cost,
+        distribution: vec![0.125, 0.375, 0.5],
+        idempotency: key.map(|key| Idempotency {
+            key: key.to_owned(),
+            fingerprint: fingerprint(key),
+        }),
+    }
+}
+
+fn cost(value: f64) -> Units {
+    Units::ceil(value).unwrap()
+}
+
+async fn commit(store: &dyn LedgerStore, new: &NewRelease) -> CommitOutcome {
+    store.commit_release(new).await.expect("commit_release")
+}
+
+fn committed(outcome: CommitOutcome) -> (Release, BudgetState) {
+    match outcome {
+        CommitOutcome::Committed { release, budget } => (release, budget),
+        other => panic!("expected Committed, got {other:?}"),
+    }
+}
+
+async fn dataset(store: &dyn LedgerStore, id: Uuid) -> Dataset {
+    store
+        .get_dataset(id)
+        .await
+        .expect("get_dataset")
+        .expect("the dataset exists")
+}
+
+fn bits(values: &[f64]) -> Vec<u64> {
+    values.iter().map(|v| v.to_bits()).collect()
+}
+
+// ----- the contract -----
+
+async fn datasets_round_trip(f: Fixture) {
+    let store = &*f.store;
+    let a = store
+        .create_dataset(&new_dataset("first", 2.5))
+        .await
+        .unwrap();
+    let b_new = NewDataset {
+        order: Order::new(1.5).unwrap(),
+        dp_target: None,
+        sensitivity: Sensitivity::new(3.0, 1.5).unwrap(),
+        neighbouring: "custom".to_owned(),
+        total: Units::floor(0.1).unwrap(),
+        ..new_dataset("second", 0.0)
+    };
+    let b = store.create_dataset(&b_new).await.unwrap();
+    let c = store
+        .create_dataset(&new_dataset("third", 8192.0))
+        .await
+        .unwrap();
+
+    assert_eq!(b.id, b_new.id);
+    assert_eq!(b.name, "second");
+    assert_eq!(b.order.get(), 1.5);
+    assert_eq!(b.total, Units::floor(0.1).unwrap());
+    assert_eq!(b.dp_target, None);
+    assert_eq!(b.sensitivity, Sensitivity::new(3.0, 1.5).unwrap());
+    assert_eq!(b.neighbouring, "custom");
+    assert_eq!(b.created_by, "admin-token");
+    assert_eq!((b.spent, b.releases), (Units::ZERO, 0));
+    assert_eq!(
+        a.dp_target,
+        Some(DpTarget {
+            epsilon: 1.5,
+            delta: 1e-6
+        })
+    );
+    assert_eq!(c.total.to_f64(), 8192.0);
+    assert!(
+        (Utc::now() - a.created_at).num_seconds().abs() < 60,
+        "created_at is now"
+    );
+
+    assert_eq!(dataset(store, a.id).await, a);
+    assert_eq!(dataset(store, b.id).await, b);
+    assert_eq!(store.get_dataset(Uuid::new_v4()).await.unwrap(), None);
+
+    assert_eq!(
+        store.list_datasets(None).await.unwrap(),
+        vec![a.clone(), b.clone(), c.clone()]
+    );
+    assert_eq!(
+        store.list_datasets(Some(&[c.id, a.id])).await.unwrap(),
+        vec![a.clone(), c.clone()]
+    );
+    assert_eq!(
+        store
+            .list_datasets(Some(&[b.id, Uuid::new_v4()]))
+            .await
+            .unwrap(),
+        vec![b]
+    );
+    assert_eq!(store.list_datasets(Some(&[])).await.unwrap(), vec![]);
+}
+
+async fn commits_until_exhausted(f: Fixture) {
+    let store = &*f.store;
+    let d = store
+        .create_dataset(&new_dataset("quarterly", 1.0))
+        .await
+        .unwrap();
+    let quarter = cost(0.25);
+    for k in 1..=4i64 {
+        let new = new_release(d.id, quarter, None);
+        let (release, budget) = committed(commit(store, &new).await);
+        assert_eq!(release.seq, k);
+        assert_eq!(release.id, new.id);
+        assert_eq!(release.cost, quarter);
+        assert_eq!(budget.releases, k);
+        assert_eq!(budget.spent.raw(), k * quarter.raw());
+        assert_eq!(budget.total, d.total);
+        assert_eq!(budget.order, d.order);
+        assert_eq!(budget.dp_target, d.dp_target);
+    }
+    let full = dataset(store, d.id).await;
+    assert_eq!(
+        full.spent, full.total,
+        "four quarters spend the budget exactly"
+    );
+    assert_eq!(full.spent.to_f64(), 1.0);
+    assert_eq!(full.releases, 4);
+
+    for refused_cost in [quarter, cost(1e-9)] {
+        match commit(store, &new_release(d.id, refused_cost, Some("late"))).await {
+            CommitOutcome::Exhausted { budget } => {
+                assert_eq!(budget, full.budget());
+                assert!(!budget.admits(refused_cost));
+            }
+            other => panic!("expected Exhausted, got {other:?}"),
+        }
+    }
+    assert_eq!(dataset(store, d.id).await, full, "a refusal writes nothing");
+    assert_eq!(store.list_releases(d.id, None, 100).await.unwrap().len(), 4);
+    assert_eq!(
+        store.find_by_idempotency_key(d.id, "late").await.unwrap(),
+        None
+    );
+}
+
+async fn grid_rounding_never_admits_more(f: Fixture) {
+    // 0.1 is not on the grid: each charge is rounded up, so ten of them exceed a budget of 1.0
+    // (a floating-point ledger would admit the tenth).
+    let store = &*f.store;
+    let d = store
+        .create_dataset(&new_dataset("tenths", 1.0))
+        .await
+        .unwrap();
+    let tenth = cost(0.1);
+    assert!(tenth.to_f64() > 0.1);
+    for k in 1..=9i64 {
+        let (_, budget) = committed(commit(store, &new_release(d.id, tenth, None)).await);
+        assert_eq!(budget.spent.raw(), k * tenth.raw());
+    }
+    assert!(matches!(
+        commit(store, &new_release(d.id, tenth, None)).await,
+        CommitOutcome::Exhausted { .. }
+    ));
+    let after = dataset(store, d.id).await;
+    assert_eq!(after.spent.raw(), 9 * tenth.raw());
+    assert_eq!(after.releases, 9);
+}
+
+async fn unknown_dataset(f: Fixture) {
+    let store = &*f.store;
+    let missing = Uuid::new_v4();
+    for key in [None, Some("k")] {
+        assert_eq!(
+            commit(store, &new_release(missing, cost(0.1), key)).await,
+            CommitOutcome::DatasetNotFound
+        );
+    }
+    assert_eq!(
+        store.list_releases(missing, None, 10).await.unwrap(),
+        vec![]
+    );
+    assert_eq!(
+        store.find_by_idempotency_key(missing, "k").await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.get_release(missing, Uuid::new_v4()).await.unwrap(),
+        None
+    );
+    assert_eq!(store.list_datasets(None).await.unwrap(), vec![]);
+    assert_eq!(store.ledger_summaries().await.unwrap(), vec![]);
+}
+
+async fn idempotent_retries(f: Fixture) {
+    let store = &*f.store;
+    let d = store
+        .create_dataset(&new_dataset("retries", 1.0))
+        .await
+        .unwrap();
+    let first = new_release(d.id, cost(0.25), Some("request-1"));
+    let (original, _) = committed(commit(store, &first).await);
+    assert_eq!(original.idempotency_key.as_deref(), Some("request-1"));
+    let stored = store.get_release(d.id, original.id).await.unwrap().unwrap();
+    assert_eq!(stored, original);
+
+    // A retry (new release id, same key and request) gets the stored release back.
+    let retry = NewRelease {
+        distribution: vec![0.9, 0.1],
+        ..new_release(d.id, cost(0.25), Some("request-1"))
+    };
+    match commit(store, &retry).await {
+        CommitOutcome::Existing {
+            release,
+            fingerprint: fp,
+        } => {
+            assert_eq!(release, stored);
+            assert_eq!(fp, fingerprint("request-1"));
+        }
+        other => panic!("expected Existing, got {other:?}"),
+    }
+    // A different request under the same key: the store reports the stored fingerprint and the
+    // caller tells them apart.
+    let conflicting = NewRelease {
+        idempotency: Some(Idempotency {
+            key: "request-1".into(),
+            fingerprint: [0xee; 32],
+        }),
+        ..new_release(d.id, cost(0.5), None)
+    };
+    match commit(store, &conflicting).await {
+        CommitOutcome::Existing {
+            release,
+            fingerprint: fp,
+        } => {
+            assert_eq!(release.id, original.id);
+            assert_eq!(fp, fingerprint("request-1"));
+        }
+        other => panic!("expected Existing, got {other:?}"),
+    }
+    let after = dataset(store, d.id).await;
+    assert_eq!(
+        (after.spent, after.releases),
+        (cost(0.25), 1),
+        "retries charge nothing"
+    );
+    assert_eq!(store.get_release(d.id, retry.id).await.unwrap(), None);
+    assert_eq!(
+        store
+            .find_by_idempotency_key(d.id, "request-1")
+            .await
+            .unwrap(),
+        Some((stored.clone(), fingerprint("request-1")))
+    );
+
+    // Keys are per dataset.
+    let other = store
+        .create_dataset(&new_dataset("other", 1.0))
+        .await
+        .unwrap();
+    let (elsewhere, _) =
+        committed(commit(store, &new_release(other.id, cost(0.25), Some("request-1"))).await);
+    assert_eq!(elsewhere.seq, 1);
+
+    // A retry of the release that spent the budget is still answered with that release.
+    let (last, budget) =
+        committed(commit(store, &new_release(d.id, cost(0.75), Some("request-2"))).await);
+    assert_eq!(budget.spent, budget.total);
+    match commit(store, &new_release(d.id, cost(0.75), Some("request-2"))).await {
+        CommitOutcome::Existing { release, .. } => assert_eq!(release, last),
+        other => panic!("expected Existing, got {other:?}"),
+    }
+    assert!(matches!(
+        commit(store, &new_release(d.id, cost(0.75), Some("request-3"))).await,
+        CommitOutcome::Exhausted { .. }
+    ));
+}
+
+async fn concurrent_commits_respect_the_budget(f: Fixture) {
+    const N: usize = 32;
+    const K: i64 = 10;
+    let charge = cost(0.1);
+    let new = NewDataset {
+        total: Units::from_raw(K * charge.raw()).unwrap(),
+        ..new_dataset("contended", 0.0)
+    };
+    let d = f.store.create_dataset(&new).await.unwrap();
+
+    let tasks: Vec<_> = (0..N)
+        .map(|i| {
+            let store = Arc::clone(&f.store);
+            // Half with keys, half without: both paths must serialise.
+            let key = (i % 2 == 0).then(|| format!("key-{i}"));
+            let new = new_release(d.id, charge, key.as_deref());
+            tokio::spawn(async move { store.commit_release(&new).await })
+        })
+        .collect();
+    let mut seqs = BTreeSet::new();
+    let mut committed_ids = BTreeSet::new();
+    let mut exhausted = 0;
+    for task in tasks {
+        match task.await.unwrap().expect("no commit fails") {
+            CommitOutcome::Committed { release, budget } => {
+                assert!(budget.spent <= budget.total);
+                assert!(seqs.insert(release.seq), "seq {} given twice", release.seq);
+                committed_ids.insert(release.id);
+            }
+            CommitOutcome::Exhausted { budget } => {
+                assert!(!budget.admits(charge));
+                exhausted += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(seqs, (1..=K).collect::<BTreeSet<_>>());
+    assert_eq!(exhausted, N - K as usize);
+
+    let after = dataset(&*f.store, d.id).await;
+    assert_eq!(after.spent.raw(), K * charge.raw());
+    assert_eq!(after.spent, after.total);
+    assert_eq!(after.releases, K);
+    let listed = f.store.list_releases(d.id, None, 100).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (1..=K).rev().collect::<Vec<_>>()
+    );
+    assert_eq!(
+        listed.iter().map(|r| r.id).collect::<BTreeSet<_>>(),
+        committed_ids
+    );
+}
+
+async fn concurrent_retries_commit_once(f: Fixture) {
+    // With budget to spare, late retries collide with the stored key; with budget for exactly
+    // one release, they find the budget spent, and must still be answered with the release.
+    for budget in [1.0, 0.25] {
+        retry_storm(&f, budget).await;
+    }
+}
+
+async fn retry_storm(f: &Fixture, budget: f64) {
+    const N: usize = 16;
+    let d = f
+        .store
+        .create_dataset(&new_dataset("retried", budget))
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..N)
+        .map(|_| {
+            let store = Arc::clone(&f.store);
+            let new = new_release(d.id, cost(0.25), Some("the-only-key"));
+            tokio::spawn(async move { store.commit_release(&new).await })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    let mut replays = Vec::new();
+    for task in tasks {
+        match task.await.unwrap().expect("no commit fails") {
+            CommitOutcome::Committed { release, .. } => winners.push(release),
+            CommitOutcome::Existing {
+                release,
+                fingerprint: fp,
+            } => {
+                assert_eq!(fp, fingerprint("the-only-key"));
+                replays.push(release);
+            }
+            other => panic!("budget {budget}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one request commits");
+    assert_eq!(replays.len(), N - 1);
+    assert!(replays.iter().all(|r| r.id == winners[0].id && r.seq == 1));
+    let after = dataset(&*f.store, d.id).await;
+    assert_eq!((after.spent, after.releases), (cost(0.25), 1));
+}
+
+async fn releases_round_trip(f: Fixture) {
+    let store = &*f.store;
+    let d = store
+        .create_dataset(&new_dataset("bits", 100.0))
+        .await
+        .unwrap();
+    let awkward = vec![
+        0.0,
+        -0.0,
+        1.0 / 3.0,
+        f64::MIN_POSITIVE,
+        f64::MIN_POSITIVE / 3.0, // subnormal
+        1e-300,
+        0.1 + 0.2,
+        1.0 - f64::EPSILON / 2.0,
+        f64::from_bits(0x7ff8_0000_dead_beef), // NaN with a payload
+    ];
+    let mut releases = Vec::new();
+    for i in 0..5 {
+        let mut new = new_release(d.id, cost(0.5), Some(&format!("k{i}")));
+        new.distribution = (0..1000)
+            .map(|j| awkward[(i + j) % awkward.len()] * (j as f64 + 1.0))
+            .collect();
+        let (release, _) = committed(commit(store, &new).await);
+        assert_eq!(bits(&release.distribution), bits(&new.distribution));
+        assert_eq!(release.mechanism, new.mechanism);
+        releases.push(release);
+    }
+
+    let fetched = store
+        .get_release(d.id, releases[2].id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bits(&fetched.distribution), bits(&releases[2].distribution));
+    assert_eq!(fetched.mechanism, releases[2].mechanism);
+    assert_eq!(fetched.mechanism["alpha"][2].as_f64(), Some(1e-7));
+    assert_eq!(
+        (
+            fetched.id,
+            fetched.dataset_id,
+            fetched.seq,
+            fetched.created_at,
+            &fetched.created_by,
+            fetched.cost
+        ),
+        (
+            releases[2].id,
+            d.id,
+            3,
+            releases[2].created_at,
+            &releases[2].created_by,
+            cost(0.5)
+        )
+    );
+    assert_eq!(fetched.idempotency_key.as_deref(), Some("k2"));
+
+    let other = store
+        .create_dataset(&new_dataset("other", 1.0))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get_release(other.id, releases[2].id).await.unwrap(),
+        None
+    );
+    assert_eq!(store.get_release(d.id, Uuid::new_v4()).await.unwrap(), None);
+
+    let seqs = |rs: Vec<Release>| rs.iter().map(|r| r.seq).collect::<Vec<_>>();
+    let all = store.list_releases(d.id, None, 100).await.unwrap();
+    assert_eq!(seqs(all.clone()), vec![5, 4, 3, 2, 1]);
+    for (listed, original) in all.iter().zip(releases.iter().rev()) {
+        assert_eq!(listed.id, original.id);
+        assert_eq!(bits(&listed.distribution), bits(&original.distribution));
+    }
+    assert_eq!(
+        seqs(store.list_releases(d.id, Some(4), 2).await.unwrap()),
+        vec![3, 2]
+    );
+    assert_eq!(
+        seqs(store.list_releases(d.id, None, 1).await.unwrap()),
+        vec![5]
+    );
+    assert_eq!(
+        seqs(store.list_releases(d.id, Some(1), 10).await.unwrap()),
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        seqs(store.list_releases(d.id, None, 0).await.unwrap()),
+        Vec::<i64>::new()
+    );
+
+    // An empty vector and a large one survive too.
+    let mut big = new_release(d.id, cost(0.5), None);
+    big.distribution = (0..200_000).map(|i| (i as f64).sqrt() / 7.0).collect();
+    let (big_release, _) = committed(commit(store, &big).await);
+    let big_back = store
+        .get_release(d.id, big_release.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bits(&big_back.distribution), bits(&big.distribution));
+    let empty = NewRelease {
+        distribution: vec![],
+        ..new_release(d.id, cost(0.5), None)
+    };
+    let (empty_release, _) = committed(commit(store, &empty).await);
+    assert_eq!(
+        store
+            .get_release(d.id, empty_release.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .distribution,
+        Vec::<f64>::new()
+    );
+}
+
+async fn tokens_round_trip(f: Fixture) {
+    let store = &*f.store;
+    let a = store.create_dataset(&new_dataset("a", 1.0)).await.unwrap();
+    let b = store.create_dataset(&new_dataset("b", 1.0)).await.unwrap();
+    let created_at = Utc::now().trunc_subsecs(6);
+    let analyst = TokenRecord {
+        id: "tok_analyst".into(),
+        secret_hash: fingerprint("secret"),
+        role: Role::Analyst,
+        datasets: vec![b.id, a.id, b.id],
+        created_at,
+    };
+    store.create_token(&analyst).await.unwrap();
+    let found = store.find_token("tok_analyst").await.unwrap().unwrap();
+    let mut scope = vec![a.id, b.id];
+    scope.sort();
+    assert_eq!(
+        found,
+        TokenRecord {
+            datasets: scope,
+            ..analyst.clone()
+        }
+    );
+
+    let admin = TokenRecord {
+        id: "tok_admin".into(),
+        role: Role::Admin,
+        datasets: vec![],
+        ..analyst.clone()
+    };
+    store.create_token(&admin).await.unwrap();
+    assert_eq!(store.find_token("tok_admin").await.unwrap(), Some(admin));
+    assert_eq!(store.find_token("tok_nobody").await.unwrap(), None);
+
+    // A token is stored with its whole scope or not at all.
+    let broken = TokenRecord {
+        id: "tok_broken".into(),
+        datasets: vec![a.id, Uuid::new_v4()],
+        ..analyst.clone()
+    };
+    assert!(store.create_token(&broken).await.is_err());
+    assert_eq!(store.find_token("tok_broken").await.unwrap(), None);
+    assert!(
+        store.create_token(&analyst).await.is_err(),
+        "token ids are unique"
+    );
+}
+
+async fn secrets_first_writer_wins(f: Fixture) {
+    let store = &*f.store;
+    assert_eq!(store.get_secret("fingerprint_key").await.unwrap(), None);
+    assert_eq!(
+        store
+            .secret_or_init("fingerprint_key", b"first")
+            .await
+            .unwrap(),
+        b"first"
+    );
+    assert_eq!(
+        store
+            .secret_or_init("fingerprint_key", b"second")
+            .await
+            .unwrap(),
+        b"first"
+    );
+    assert_eq!(
+        store
+            .get_secret("fingerprint_key")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"first"[..])
+    );
+
+    let tasks: Vec<_> = (0..8u8)
+        .map(|i| {
+            let store = Arc::clone(&f.store);
+            tokio::spawn(async move { store.secret_or_init("admin_token_hash", &[i; 32]).await })
+        })
+        .collect();
+    let mut values = BTreeSet::new();
+    for task in tasks {
+        values.insert(task.await.unwrap().unwrap());
+    }
+    assert_eq!(values.len(), 1, "every replica sees the same secret");
+    let value = values.into_iter().next().unwrap();
+    assert!(value.len() == 32 && value.iter().all(|b| *b == value[0]));
+    assert_eq!(
+        store.get_secret("admin_token_hash").await.unwrap(),
+        Some(value)
+    );
+}
+
+async fn ledger_summaries(f: Fixture) {
+    let store = &*f.store;
+    let a = store.create_dataset(&new_dataset("a", 1.0)).await.unwrap();
+    let b = store.create_dataset(&new_dataset("b", 3.0)).await.unwrap();
+    for _ in 0..3 {
+        committed(commit(store, &new_release(b.id, cost(0.5), None)).await);
+    }
+    committed(commit(store, &new_release(a.id, cost(0.25), None)).await);
+    assert_eq!(
+        store.ledger_summaries().await.unwrap(),
+        vec![
+            LedgerSummary {
+                dataset_id: a.id,
+                total: a.total,
+                spent: cost(0.25),
+                releases: 1
+            },
+            LedgerSummary {
+                dataset_id: b.id,
+                total: b.total,
+                spent: cost(1.5),
+                releases: 3
+            },
+        ]
+    );
+}
+
+async fn errors_never_echo_values(f: Fixture) {
+    let store = &*f.store;
+    let marker = "name-7f3a9c-private";
+    let new = new_dataset(marker, 1.0);
+    store.create_dataset(&new).await.unwrap();
+    let error = store
+        .create_dataset(&new)
+        .await
+        .expect_err("the id is taken");
+    assert!(matches!(error, StoreError::Internal(_)), "{error}");
+    let text = error.to_string();
+    assert!(
+        !text.contains(marker) && !text.contains(&new.id.to_string()),
+        "{text}"
+    );
+
+    let missing = Uuid::new_v4();
+    let token = TokenRecord {
+        id: "tok-9d2e61-private".into(),
+        secret_hash: [1; 32],
+        role: Role::Analyst,
+        datasets: vec![missing],
+        created_at: Utc::now(),
+    };
+    let text = store
+        .create_token(&token)
+        .await
+        .expect_err("unknown dataset")
+        .to_string();
+    assert!(
+        !text.contains("9d2e61") && !text.contains(&missing.to_string()),
+        "{text}"
+    );
+}
+
+// ----- failures -----
+
+fn assert_unavailable<T: std::fmt::Debug>(result: Result<T, StoreError>) {
+    match result {
+        Err(StoreError::Unavailable(_)) => {}
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn unreachable_database_is_unavailable_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}",
+        dir.path().join("missing-dir/ledger.db").display()
+    );
+    assert_unavailable(connect(&url, &options()).await.map(|_| ()));
+}
+
+#[tokio::test]
+async fn unreachable_database_is_unavailable_postgres() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = Instant::now();
+    let url = format!("postgres://postgres@127.0.0.1:{port}/nothing");
+    assert_unavailable(connect(&url, &options()).await.map(|_| ()));
+    assert!(started.elapsed() < Duration::from_secs(6), "fails fast");
+}
+
+#[tokio::test]
+async fn sqlite_url_forms_open_the_same_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let d = {
+        let store = connect(&format!("sqlite://{}", path.display()), &options())
+            .await
+            .unwrap();
+        store
+            .create_dataset(&new_dataset("shared", 1.0))
+            .await
+            .unwrap()
+    };
+    let store = connect(&format!("sqlite:{}", path.display()), &options())
+        .await
+        .unwrap();
+    assert_eq!(dataset(&*store, d.id).await, d);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_database_is_unavailable_sqlite() {
+    let f = sqlite().await;
+    let d = f
+        .store
+        .create_dataset(&new_dataset("frozen", 1.0))
+        .await
+        .unwrap();
+    let read_only = connect(&format!("{}?mode=ro", f.url), &options())
+        .await
+        .expect("a read-only file still opens");
+
+    assert_eq!(dataset(&*read_only, d.id).await, d, "reads work");
+    assert_unavailable(
+        read_only
+            .commit_release(&new_release(d.id, cost(0.25), Some("k")))
+            .await,
+    );
+    assert_unavailable(read_only.create_dataset(&new_dataset("new", 1.0)).await);
+    assert_unavailable(read_only.secret_or_init("key", b"value").await);
+
+    let after = dataset(&*f.store, d.id).await;
+    assert_eq!(
+        (after.spent, after.releases),
+        (Units::ZERO, 0),
+        "nothing was written"
+    );
+    assert_eq!(f.store.list_releases(d.id, None, 10).await.unwrap(), vec![]);
+    assert_eq!(f.store.list_datasets(None).await.unwrap().len(), 1);
+    assert_eq!(f.store.get_secret("key").await.unwrap(), None);
+}
+
+/// Another writer holds the lock past the store's timeout: the commit gives up as unavailable
+/// (a 503 the client may retry) instead of hanging, and charges nothing.
+async fn assert_lock_wait_is_bounded(store: &dyn LedgerStore, d: &Dataset) {
+    let started = Instant::now();
+    assert_unavailable(
+        store
+            .commit_release(&new_release(d.id, cost(0.25), None))
+            .await,
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900),
+        "waited for the lock ({waited:?})"
+    );
+    assert!(
+        waited < Duration::from_secs(5),
+        "gave up in time ({waited:?})"
+    );
+}
+
+fn short_timeout() -> StoreOptions {
+    StoreOptions {
+        max_connections: 4,
+        acquire_timeout: Duration::from_secs(1),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_lock_held_elsewhere_is_unavailable_sqlite() {
+    let f = sqlite().await;
+    let d = f
+        .store
+        .create_dataset(&new_dataset("locked", 1.0))
+        .await
+        .unwrap();
+    let store = connect(&f.url, &short_timeout()).await.unwrap();
+    let mut other = sqlx::SqliteConnection::connect(&f.url).await.unwrap();
+    other.execute("BEGIN IMMEDIATE").await.unwrap();
+    assert_lock_wait_is_bounded(&*store, &d).await;
+    other.execute("ROLLBACK").await.unwrap();
+    let (release, _) = committed(commit(&*store, &new_release(d.id, cost(0.25), None)).await);
+    assert_eq!(release.seq, 1, "the refused attempt left no trace");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn row_lock_held_elsewhere_is_unavailable_postgres() {
+    let f = postgres().await;
+    let d = f
+        .store
+        .create_dataset(&new_dataset("locked", 1.0))
+        .await
+        .unwrap();
+    let store = connect(&f.url, &short_timeout()).await.unwrap();
+    let mut other = sqlx::PgConnection::connect(&f.url).await.unwrap();
+    other.execute("BEGIN").await.unwrap();
+    sqlx::query("SELECT 1 FROM datasets WHERE id = $1 FOR UPDATE")
+        .bind(d.id)
+        .execute(&mut other)
+        .await
+        .unwrap();
+    assert_lock_wait_is_bounded(&*store, &d).await;
+    other.execute("ROLLBACK").await.unwrap();
+    let (release, budget) = committed(commit(&*store, &new_release(d.id, cost(0.25), None)).await);
+    assert_eq!(
+        (release.seq, budget.spent),
+        (1, cost(0.25)),
+        "the refused attempt left no trace"
+    );
+}
+
+#[tokio::test]
+async fn postgres_sessions_carry_server_timeouts() {
+    let url = pg::fresh_database().await;
+    let store = dirichlet_release::store::postgres::PgStore::connect(
+        &url,
+        &StoreOptions {
+            max_connections: 2,
+            acquire_timeout: Duration::from_millis(2500),
+        },
+    )
+    .await
+    .unwrap();
+    let show = |name: &'static str| {
+        let pool = store.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, String>(&format!("SHOW {name}"))
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(show("lock_timeout").await, "2500ms");
+    assert_eq!(show("statement_timeout").await, "5s");
+    assert_eq!(show("idle_in_transaction_session_timeout").await, "5s");
+}
+
+// ----- corruption -----
+
+fn assert_corrupt<T: std::fmt::Debug>(result: Result<T, StoreError>) {
+    match result {
+        Err(StoreError::Corrupt(_)) => {}
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
+
+async fn two_releases(f: &Fixture) -> (Dataset, Release, Dataset) {
+    let d = f
+        .store
+        .create_dataset(&new_dataset("victim", 1.0))
+        .await
+        .unwrap();
+    let (release, _) =
+        committed(commit(&*f.store, &new_release(d.id, cost(0.25), Some("k"))).await);
+    let bystander = f
+        .store
+        .create_dataset(&new_dataset("bystander", 1.0))
+        .await
+        .unwrap();
+    (d, release, bystander)
+}
+
+async fn assert_damage_is_reported(
+    f: &Fixture,
+    d: &Dataset,
+    release: &Release,
+    bystander: &Dataset,
+) {
+    let store = &*f.store;
+    assert_corrupt(store.get_release(d.id, release.id).await);
+    assert_corrupt(store.list_releases(d.id, None, 10).await);
+    assert_corrupt(store.find_by_idempotency_key(d.id, "k").await);
+    assert_corrupt(
+        store
+            .commit_release(&new_release(d.id, cost(0.25), Some("k")))
+            .await,
+    );
+    assert_corrupt(store.get_dataset(bystander.id).await);
+    assert_corrupt(store.list_datasets(None).await);
+    assert_corrupt(store.ledger_summaries().await);
+    assert_eq!(dataset(store, d.id).await.releases, 1);
+}
+
+#[tokio::test]
+async fn damaged_rows_are_corrupt_sqlite() {
+    let f = sqlite().await;
+    let (d, release, bystander) = two_releases(&f).await;
+    let mut raw = sqlx::SqliteConnection::connect(&f.url).await.unwrap();
+    raw.execute("PRAGMA ignore_check_constraints = ON")
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE releases SET distribution = x'00010203040506', mechanism = '{' WHERE id = $1",
+    )
+    .bind(release.id.hyphenated())
+    .execute(&mut raw)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE datasets SET budget_order = 0.5, spent_units = -1 WHERE id = $1")
+        .bind(bystander.id.hyphenated())
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    raw.close().await.unwrap();
+    assert_damage_is_reported(&f, &d, &release, &bystander).await;
+}
+
+#[tokio::test]
+async fn damaged_rows_are_corrupt_postgres() {
+    let f = postgres().await;
+    let (d, release, bystander) = two_releases(&f).await;
+    let mut raw = sqlx::PgConnection::connect(&f.url).await.unwrap();
+    raw.execute(
+        "ALTER TABLE releases DROP CONSTRAINT releases_distribution_length; \
+         ALTER TABLE datasets DROP CONSTRAINT datasets_order_valid; \
+         ALTER TABLE datasets DROP CONSTRAINT datasets_spent_nonnegative",
+    )
+    .await
+    .unwrap();
+    sqlx::query("UPDATE releases SET distribution = '\\x00010203040506' WHERE id = $1")
+        .bind(release.id)
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE datasets SET budget_order = 0.5, spent_units = -1 WHERE id = $1")
+        .bind(bystander.id)
+        .execute(&mut raw)
+        .await
+        .unwrap();
+    raw.close().await.unwrap();
+    assert_damage_is_reported(&f, &d, &release, &bystander).await;
+}
+
+// ----- PostgreSQL deployment -----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_starting_together_migrate_once_postgres() {
+    let url = pg::fresh_database().await;
+    let starts: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { connect(&url, &options()).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for start in starts {
+        stores.push(start.await.unwrap().expect("every replica starts"));
+    }
+    let d = stores[0]
+        .create_dataset(&new_dataset("shared", 1.0))
+        .await
+        .unwrap();
+    committed(commit(&*stores[1], &new_release(d.id, cost(0.25), None)).await);
+    assert_eq!(dataset(&*stores[3], d.id).await.releases, 1);
+
+    let mut raw = sqlx::PgConnection::connect(&url).await.unwrap();
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success")
+        .fetch_one(&mut raw)
+        .await
+        .unwrap();
+    let expected = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres"))
+        .unwrap()
+        .count();
+    assert_eq!(applied as usize, expected);
+}
+
+/// Stands in for the test process a throwaway server belongs to; it exits when the test ends,
+/// pass or fail, and holds none of the test's output pipes.
+struct Owner(std::process::Child);
+
+impl Owner {
+    fn spawn() -> Owner {
+        let child = std::process::Command::new("sleep")
+            .arg("300")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn sleep");
+        Owner(child)
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The throwaway-server path of the test harness, for real: it answers, the store rides out a
+/// restart without being rebuilt, and the watchdog removes everything once the owner is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throwaway_postgres_serves_survives_a_restart_and_is_removed() {
+    let owner = Owner::spawn();
+    let server = pg::Throwaway::start(owner.0.id())
+        .await
+        .expect("a throwaway server starts");
+    assert!(server.root.join("data/PG_VERSION").is_file());
+
+    let url = pg::create_database(&server.admin_url).await.unwrap();
+    let store = connect(&url, &short_timeout()).await.unwrap();
+    let d = store
+        .create_dataset(&new_dataset("durable", 1.0))
+        .await
+        .unwrap();
+    committed(commit(&*store, &new_release(d.id, cost(0.25), None)).await);
+
+    // A restart while the service is idle: every pooled connection is dead, and the first
+    // request afterwards must not be the one to find out (idle connections are pinged after 1 s).
+    server.stop().await.unwrap();
+    server.restart().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(dataset(&*store, d.id).await.releases, 1);
+
+    // An outage under traffic: requests fail fast, then the same store recovers.
+    server.stop().await.unwrap();
+    let started = Instant::now();
+    assert_unavailable(store.ping().await);
+    assert_unavailable(
+        store
+            .commit_release(&new_release(d.id, cost(0.25), None))
+            .await,
+    );
+    assert_unavailable(store.get_dataset(d.id).await);
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "fails fast: {:?}",
+        started.elapsed()
+    );
+
+    server.restart().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while store.ping().await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the store reconnects after the restart"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (release, budget) = committed(commit(&*store, &new_release(d.id, cost(0.25), None)).await);
+    assert_eq!(
+        (release.seq, budget.spent),
+        (2, cost(0.5)),
+        "the outage wrote nothing"
+    );
+    drop(store);
+
+    drop(owner);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let gone = !server.root.exists()
+            && std::net::TcpStream::connect(("127.0.0.1", server.port)).is_err();
+        if gone {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the watchdog stops the server and removes {}",
+            server.root.display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
