@@ -102,22 +102,89 @@ pub fn laplace_rdp(order: Order, scale: f64, sens: &Sensitivity, d: usize) -> f6
 }
 
 fn laplace_worst_case(lambda: f64, scale: f64, sens: &Sensitivity, d: usize) -> f64 {
-    let cell = |shift: f64| laplace_shift_rdp(lambda, shift / scale);
+    laplace_neighbours(sens, d)
+        .iter()
+        .map(|n| n.cost(lambda, scale))
+        // f64::max would drop a NaN; keep it so that the caller prices it at +∞.
+        .fold(0.0, |worst, c| {
+            if c.is_nan() || worst.is_nan() {
+                f64::NAN
+            } else {
+                worst.max(c)
+            }
+        })
+}
+
+/// A neighbour's shift pattern: `count` cells shifted by `shift`, plus `rest_count` (0 or 1)
+/// cells shifted by `rest`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ShiftPattern {
+    pub count: f64,
+    pub shift: f64,
+    pub rest_count: f64,
+    pub rest: f64,
+}
+
+impl ShiftPattern {
+    /// Σ over the pattern's cells of ε_s(λ) at scale b (Mironov 2017 Prop. 6; RDP of
+    /// independent cells adds).
+    pub(crate) fn cost(&self, lambda: f64, scale: f64) -> f64 {
+        let mut total = self.count * laplace_shift_rdp(lambda, self.shift / scale);
+        if self.rest_count > 0.0 {
+            total += self.rest_count * laplace_shift_rdp(lambda, self.rest / scale);
+        }
+        total
+    }
+
+    /// d/d(ln 1/b) of [`Self::cost`]: Σ ε′_s(u)·u over the cells, u = s/b.
+    pub(crate) fn cost_log_derivative(&self, lambda: f64, scale: f64) -> f64 {
+        let term = |s: f64| {
+            let u = s / scale;
+            laplace_shift_rdp_derivative(lambda, u) * u
+        };
+        let mut total = self.count * term(self.shift);
+        if self.rest_count > 0.0 {
+            total += self.rest_count * term(self.rest);
+        }
+        total
+    }
+
+    /// Σ sᵢ and Σ sᵢ² over the pattern's cells (for the pure-DP and zCDP bounds).
+    pub(crate) fn moments(&self) -> (f64, f64) {
+        (
+            self.count * self.shift + self.rest_count * self.rest,
+            self.count * self.shift * self.shift + self.rest_count * self.rest * self.rest,
+        )
+    }
+}
+
+/// The candidate worst neighbours of [`laplace_rdp`]; the price is the largest of their costs.
+pub(crate) fn laplace_neighbours(sens: &Sensitivity, d: usize) -> Vec<ShiftPattern> {
+    let single = |count: f64, shift: f64| ShiftPattern {
+        count,
+        shift,
+        rest_count: 0.0,
+        rest: 0.0,
+    };
     if *sens == Sensitivity::REPLACE_ONE {
-        return 2.0 * cell(1.0);
+        return vec![single(2.0, 1.0)];
     }
     if *sens == Sensitivity::ADD_REMOVE_ONE {
-        return cell(1.0);
+        return vec![single(1.0, 1.0)];
     }
     let (l2_squared, linf) = (sens.l2_squared(), sens.linf());
     let d_f = d as f64;
-    let even_shift = linf.min((l2_squared / d_f).sqrt());
-    let even = d_f * cell(even_shift);
+    let even = single(d_f, linf.min((l2_squared / d_f).sqrt()));
     // ⌊Δ2²/Δ∞²⌋ ≥ 1 because Sensitivity guarantees Δ∞² ≤ Δ2².
-    let full = ((l2_squared / (linf * linf)).floor()).min(d_f);
-    let rest = (l2_squared - full * linf * linf).max(0.0);
-    let greedy = full * cell(linf) + if full < d_f { cell(rest.sqrt()) } else { 0.0 };
-    even.max(greedy)
+    let full = (l2_squared / (linf * linf)).floor().min(d_f);
+    let rest = (l2_squared - full * linf * linf).max(0.0).sqrt();
+    let greedy = ShiftPattern {
+        count: full,
+        shift: linf,
+        rest_count: if full < d_f && rest > 0.0 { 1.0 } else { 0.0 },
+        rest,
+    };
+    vec![even, greedy]
 }
 
 /// Mironov 2017 Prop. 6: the RDP of one Laplace cell whose mean moves by s, at u = s/b:
@@ -147,6 +214,13 @@ fn laplace_shift_rdp(lambda: f64, u: f64) -> f64 {
         // Factor out the dominant e^{(λ−1)u}: (λ−1)ε = x + log(p + q e^{−(2λ−1)u}).
         (x + (p + q * (-two_lm1 * u).exp()).ln()) / lm1
     }
+}
+
+/// dε_s/du of [`laplace_shift_rdp`]: λ(1 − e^{−(2λ−1)u}) / (λ + (λ−1)e^{−(2λ−1)u}).
+fn laplace_shift_rdp_derivative(lambda: f64, u: f64) -> f64 {
+    let lm1 = lambda - 1.0;
+    let e = (-(lambda + lm1) * u).exp();
+    lambda * -(-(lambda + lm1) * u).exp_m1() / (lambda + lm1 * e)
 }
 
 /// 1/(k+2)! for k = 0…17.
