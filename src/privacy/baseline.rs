@@ -2,8 +2,8 @@
 //! to the simplex (001 §4 and Figure 2; 000 §5).
 //!
 //! Clipping and renormalising are post-processing, so the releases cost exactly the curves of
-//! `curve::gaussian_rdp` and `curve::laplace_rdp`. An invalid noise scale (not a finite number
-//! > 0) releases the uniform vector, which reveals nothing about the counts, rather than
+//! `curve::gaussian_rdp` and `curve::laplace_rdp`. An invalid noise scale (not finite, or not
+//! positive) releases the uniform vector, which reveals nothing about the counts, rather than
 //! under-noised data. Counts are never formatted or logged here.
 use rand_distr::{Distribution, Exp1, StandardNormal};
 
@@ -60,7 +60,7 @@ fn clip_and_normalise(mut y: Vec<f64>) -> Vec<f64> {
         *v = if v.is_nan() { 0.0 } else { v.max(0.0) };
         max = max.max(*v);
     }
-    if !(max > 0.0) || !max.is_finite() {
+    if max <= 0.0 || !max.is_finite() {
         return uniform(y.len());
     }
     let mut sum = Compensated::default();

@@ -116,7 +116,8 @@ enum Verdict {
 }
 
 fn verdict(curve: f64, epsilon: f64) -> Verdict {
-    if !(curve * (1.0 + CHARGE_INFLATION) <= epsilon) {
+    let charged = curve * (1.0 + CHARGE_INFLATION);
+    if charged.is_nan() || charged > epsilon {
         Verdict::Over
     } else if curve < epsilon * (1.0 - SPEND_TOLERANCE) {
         Verdict::Under
@@ -396,7 +397,7 @@ fn nan_to(v: f64, default: f64) -> f64 {
 /// (Smyth 2004), with a bracket as a safeguard. For y < 1e-8, z = 1/y + ½ already has relative
 /// error y²/12 in ψ′ (from ψ′(z) = 1/z + 1/(2z²) + 1/(6z³) + …) and ψ″ would underflow.
 pub fn inverse_trigamma(y: f64) -> f64 {
-    if !(y > 0.0) || y.is_nan() {
+    if y.is_nan() || y <= 0.0 {
         return f64::NAN;
     }
     if y == f64::INFINITY {

@@ -27,7 +27,7 @@ fn conversion_offset(lambda: f64, delta: f64) -> (f64, f64) {
 /// Rounded up by a few ulps of the terms. A negative result is reported as 0 ((ε, δ)-DP with
 /// ε < 0 implies (0, δ)-DP). +∞ for a NaN, negative or infinite ε̂.
 pub fn rdp_to_dp(order: Order, rdp_epsilon: f64, delta: Delta) -> f64 {
-    if !(rdp_epsilon >= 0.0) || rdp_epsilon == f64::INFINITY {
+    if rdp_epsilon.is_nan() || rdp_epsilon < 0.0 || rdp_epsilon == f64::INFINITY {
         return f64::INFINITY;
     }
     let (offset, magnitude) = conversion_offset(order.get(), delta.get());
@@ -168,7 +168,7 @@ pub fn best_dp_of_dirichlet(
     delta: Delta,
 ) -> (f64, f64) {
     let max_order = dirichlet_max_order(r, alpha_min, sens);
-    if !(max_order > 1.0) {
+    if max_order.is_nan() || max_order <= 1.0 {
         return (f64::INFINITY, f64::NAN);
     }
     let span = max_order - 1.0;

@@ -21,7 +21,7 @@ pub fn dirichlet_rdp(order: Order, r: f64, alpha_min: f64, sens: &Sensitivity) -
     }
     let lambda = order.get();
     let z = shifted_prior_lower_bound(lambda, r, alpha_min, sens.linf());
-    if !(z > 0.0) {
+    if z.is_nan() || z <= 0.0 {
         return f64::INFINITY;
     }
     let value = 0.5 * lambda * sens.l2_squared() * trigamma(z) * r * r;
@@ -197,7 +197,7 @@ pub fn laplace_cell_rdp(order: Order, shift_over_scale: f64) -> f64 {
 }
 
 fn laplace_shift_rdp(lambda: f64, u: f64) -> f64 {
-    if !(u >= 0.0) || u == f64::INFINITY {
+    if u.is_nan() || u < 0.0 || u == f64::INFINITY {
         return f64::INFINITY;
     }
     let lm1 = lambda - 1.0;

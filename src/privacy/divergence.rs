@@ -34,7 +34,7 @@ pub fn renyi_dirichlet(order: f64, u: &[f64], v: &[f64]) -> f64 {
         }
         let diff = ui - vi;
         let wi = ui + lm1 * diff;
-        if !(wi > 0.0) {
+        if wi.is_nan() || wi <= 0.0 {
             return f64::INFINITY;
         }
         cells_v.add(ln_gamma_diff(vi, ui));
