@@ -1,6 +1,9 @@
 //! Conversions between RDP and (ε, δ)-DP.
-// SKELETON: the privacy helper implements these (see issue 2).
-use super::types::{Delta, Epsilon, Order};
+//!
+//! All conversions round towards the conservative side: a DP ε derived from an RDP cost is
+//! nudged up by a few ulps of its terms, an RDP budget derived from a DP target nudged down.
+use super::curve::{dirichlet_max_order, dirichlet_rdp};
+use super::types::{Delta, Epsilon, Order, Sensitivity};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConversionError {
@@ -8,23 +11,311 @@ pub enum ConversionError {
     NoBudgetAtOrder { order: f64 },
 }
 
-/// 001 Lemma 1 (CKS20): (λ, ε̂)-RDP ⇒ (ε, δ)-DP with ε = ε̂ + log(1 − 1/λ) − (log δ + log λ)/(λ − 1).
-pub fn rdp_to_dp(order: Order, rdp_epsilon: f64, delta: Delta) -> f64 {
-    todo!("{order:?} {rdp_epsilon} {delta:?}")
+/// Relative slack added to (or removed from) conversions: a few ulps of the terms' magnitude.
+const ROUNDING_SLACK: f64 = 8.0 * f64::EPSILON;
+
+/// The conversion's additive term log(1 − 1/λ) − (log δ + log λ)/(λ − 1), and the sum of its
+/// terms' magnitudes (for the rounding slack).
+fn conversion_offset(lambda: f64, delta: f64) -> (f64, f64) {
+    let a = (-1.0 / lambda).ln_1p();
+    let b = (delta.ln() + lambda.ln()) / (lambda - 1.0);
+    (a - b, a.abs() + b.abs())
 }
 
-/// The RDP budget at `order` implied by an (ε, δ) target (the inverse of [`rdp_to_dp`]).
-pub fn dp_to_rdp_budget(epsilon: Epsilon, delta: Delta, order: Order) -> Result<Epsilon, ConversionError> {
-    todo!("{epsilon:?} {delta:?} {order:?}")
+/// 001 Lemma 1 (CKS20): (λ, ε̂)-RDP ⇒ (ε, δ)-DP with ε = ε̂ + log(1 − 1/λ) − (log δ + log λ)/(λ − 1).
+///
+/// Rounded up by a few ulps of the terms. A negative result is reported as 0 ((ε, δ)-DP with
+/// ε < 0 implies (0, δ)-DP). +∞ for a NaN, negative or infinite ε̂.
+pub fn rdp_to_dp(order: Order, rdp_epsilon: f64, delta: Delta) -> f64 {
+    if rdp_epsilon.is_nan() || rdp_epsilon < 0.0 || rdp_epsilon == f64::INFINITY {
+        return f64::INFINITY;
+    }
+    let (offset, magnitude) = conversion_offset(order.get(), delta.get());
+    let eps = rdp_epsilon + offset + ROUNDING_SLACK * (rdp_epsilon + magnitude);
+    if eps.is_nan() {
+        f64::INFINITY
+    } else {
+        eps.max(0.0)
+    }
+}
+
+/// The RDP budget at `order` implied by an (ε, δ) target (the inverse of [`rdp_to_dp`], 001
+/// Lemma 1): B = ε − log(1 − 1/λ) + (log δ + log λ)/(λ − 1), rounded down by a few ulps.
+/// Spending at most B at order λ keeps the whole ledger (ε, δ)-DP. An error if B ≤ 0.
+pub fn dp_to_rdp_budget(
+    epsilon: Epsilon,
+    delta: Delta,
+    order: Order,
+) -> Result<Epsilon, ConversionError> {
+    let budget = rdp_budget(epsilon.get(), delta.get(), order.get());
+    Epsilon::new(budget).map_err(|_| ConversionError::NoBudgetAtOrder { order: order.get() })
+}
+
+fn rdp_budget(eps: f64, delta: f64, lambda: f64) -> f64 {
+    let (offset, magnitude) = conversion_offset(lambda, delta);
+    eps - offset - ROUNDING_SLACK * (eps + magnitude)
 }
 
 /// The default ledger order for an (ε, δ) target: the order maximising the number of
 /// releases with linear-in-λ cost that the target admits, i.e. argmax B(λ)/λ.
+///
+/// Why B(λ)/λ: the Gaussian mechanism and, for moderate orders, the Dirichlet mechanism
+/// (ε(λ) ≈ ½λr²Δ2²ψ′(α_m), 001 Corollary 3 away from the pole) cost c·λ at order λ, so a
+/// ledger at order λ admits B(λ)/(cλ) of them whatever c is. B comes from 001 Lemma 1
+/// ([`dp_to_rdp_budget`]). The maximiser is found on a grid in log(λ − 1) refined by
+/// golden-section search, then rounded to 3 significant digits so that budgets read well
+/// (λ − 1 is rounded instead when λ itself would round to 1, and the better of the two
+/// neighbouring 3-digit values is kept, provided its budget stays positive).
 pub fn default_order(epsilon: Epsilon, delta: Delta) -> Order {
-    todo!("{epsilon:?} {delta:?}")
+    let (eps, delta) = (epsilon.get(), delta.get());
+    let score = |s: f64| {
+        let lambda = 1.0 + s.exp();
+        let b = rdp_budget(eps, delta, lambda);
+        if b.is_finite() {
+            b / lambda
+        } else {
+            f64::NEG_INFINITY
+        }
+    };
+    let s_star = maximise(score, -30.0, 60.0, 0.25);
+    let exact = 1.0 + s_star.exp();
+    let admits =
+        |lambda: f64| lambda > 1.0 && lambda.is_finite() && rdp_budget(eps, delta, lambda) > 0.0;
+    let value = |lambda: f64| rdp_budget(eps, delta, lambda) / lambda;
+    let mut candidates = round_3_significant(exact).to_vec();
+    if candidates.iter().all(|&c| c <= 1.0) || exact < 1.01 {
+        candidates = round_3_significant(exact - 1.0)
+            .iter()
+            .map(|c| 1.0 + c)
+            .collect();
+    }
+    let best = candidates
+        .into_iter()
+        .filter(|&c| admits(c))
+        .max_by(|a, b| value(*a).total_cmp(&value(*b)))
+        .unwrap_or(exact);
+    // B(λ) → ε > 0 as λ → ∞, so a positive-budget order always exists and `exact` is one.
+    Order::new(best).unwrap_or_else(|_| Order::new(2.0).expect("2 is a valid order"))
+}
+
+/// The two 3-significant-digit neighbours of x > 0 (floor and ceiling at that precision).
+fn round_3_significant(x: f64) -> [f64; 2] {
+    let exponent = x.log10().floor() as i32 - 2;
+    let unit = 10f64.powi(exponent);
+    let lo = (x / unit).floor();
+    // Dividing/multiplying by a power of ten in f64 leaves ulp noise; format through the
+    // decimal representation to get the shortest value with these digits.
+    let to_value = |m: f64| format!("{m}e{exponent}").parse::<f64>().unwrap_or(m * unit);
+    [to_value(lo), to_value(lo + 1.0)]
+}
+
+/// Maximise a unimodal-ish function on [a, b]: scan a grid of spacing `h`, then golden-section
+/// search on the two cells around the best grid point. Robust to flat or −∞ regions at the
+/// ends of the range.
+fn maximise(f: impl Fn(f64) -> f64, a: f64, b: f64, h: f64) -> f64 {
+    let steps = ((b - a) / h).ceil() as usize;
+    let (mut best_s, mut best_v) = (a, f64::NEG_INFINITY);
+    for i in 0..=steps {
+        let s = a + h * i as f64;
+        let v = f(s);
+        if v > best_v {
+            best_v = v;
+            best_s = s;
+        }
+    }
+    let (mut lo, mut hi) = ((best_s - h).max(a), (best_s + h).min(b));
+    let g = 0.5 * (5f64.sqrt() - 1.0);
+    let mut x1 = hi - g * (hi - lo);
+    let mut x2 = lo + g * (hi - lo);
+    let (mut f1, mut f2) = (f(x1), f(x2));
+    for _ in 0..80 {
+        if f1 >= f2 {
+            hi = x2;
+            x2 = x1;
+            f2 = f1;
+            x1 = hi - g * (hi - lo);
+            f1 = f(x1);
+        } else {
+            lo = x1;
+            x1 = x2;
+            f1 = f2;
+            x2 = lo + g * (hi - lo);
+            f2 = f(x2);
+        }
+        if hi - lo <= 1e-12 * (1.0 + lo.abs()) {
+            break;
+        }
+    }
+    let mid = 0.5 * (lo + hi);
+    if f(mid) >= best_v {
+        mid
+    } else {
+        best_s
+    }
 }
 
 /// 001 Theorem 4: the best (ε, δ) of a single Dirichlet release over continuous λ. Returns (ε, λ*).
-pub fn best_dp_of_dirichlet(r: f64, alpha_min: f64, sens: &super::Sensitivity, delta: Delta) -> (f64, f64) {
-    todo!("{r} {alpha_min} {sens:?} {delta:?}")
+///
+/// Minimises [`rdp_to_dp`] of the curve (001 Corollary 3, [`dirichlet_rdp`]) over
+/// λ ∈ (1, 1 + α_m/(rΔ∞)). The function is strictly convex in the paper's δ-form (eq. 12) and
+/// tends to +∞ at both ends; the search runs over λ − 1 = (λ_max − 1)·σ(y), σ the logistic
+/// function, on a grid in y refined by golden-section search. Invalid `r` or `alpha_min`
+/// (non-finite or ≤ 0) give (+∞, NaN).
+pub fn best_dp_of_dirichlet(
+    r: f64,
+    alpha_min: f64,
+    sens: &Sensitivity,
+    delta: Delta,
+) -> (f64, f64) {
+    let max_order = dirichlet_max_order(r, alpha_min, sens);
+    if max_order.is_nan() || max_order <= 1.0 {
+        return (f64::INFINITY, f64::NAN);
+    }
+    let span = max_order - 1.0;
+    let order_at = |y: f64| {
+        let frac = if y >= 0.0 {
+            1.0 / (1.0 + (-y).exp())
+        } else {
+            y.exp() / (1.0 + y.exp())
+        };
+        1.0 + span * frac
+    };
+    let dp_at = |y: f64| {
+        let lambda = order_at(y);
+        match Order::new(lambda) {
+            Ok(order) => rdp_to_dp(order, dirichlet_rdp(order, r, alpha_min, sens), delta),
+            Err(_) => f64::INFINITY,
+        }
+    };
+    let y = maximise(|y| -dp_at(y), -60.0, 40.0, 0.25);
+    let lambda = order_at(y);
+    let eps = dp_at(y);
+    if eps.is_finite() {
+        (eps, lambda)
+    } else {
+        (f64::INFINITY, f64::NAN)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn order(v: f64) -> Order {
+        Order::new(v).unwrap()
+    }
+
+    fn delta(v: f64) -> Delta {
+        Delta::new(v).unwrap()
+    }
+
+    #[test]
+    fn lemma_1_at_a_known_value() {
+        // λ = 2, ε̂ = 1, δ = 1e-5: ε = 1 + log ½ − (log 1e-5 + log 2)/1.
+        let want = 1.0 + 0.5f64.ln() - (1e-5f64.ln() + 2f64.ln());
+        let got = rdp_to_dp(order(2.0), 1.0, delta(1e-5));
+        assert!(got >= want && got - want < 1e-13, "{got} vs {want}");
+        assert_eq!(rdp_to_dp(order(2.0), f64::NAN, delta(1e-5)), f64::INFINITY);
+        assert_eq!(
+            rdp_to_dp(order(2.0), f64::INFINITY, delta(1e-5)),
+            f64::INFINITY
+        );
+        assert_eq!(rdp_to_dp(order(1e6), 0.0, delta(0.9)), 0.0);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn budget_round_trips_and_stays_on_the_safe_side(
+            eps in 0.01f64..50.0, log_delta in -30.0f64..-1.0, lambda in 1.01f64..500.0,
+        ) {
+            let d = delta(log_delta.exp());
+            if let Ok(b) = dp_to_rdp_budget(Epsilon::new(eps).unwrap(), d, order(lambda)) {
+                let back = rdp_to_dp(order(lambda), b.get(), d);
+                // Spending the whole budget converts back to ε, up to the two roundings' slack.
+                prop_assert!((back - eps).abs() <= 1e-12 * (1.0 + eps), "{} vs {}", back, eps);
+                // the budget is below the exact inverse
+                let (offset, _) = conversion_offset(lambda, d.get());
+                prop_assert!(b.get() <= eps - offset);
+            }
+        }
+    }
+
+    #[test]
+    fn no_budget_is_an_error() {
+        // ε = 0.1, δ = 1e-10 at λ = 2: 0.1 − log ½ + (log 1e-10 + log 2) < 0.
+        let e = dp_to_rdp_budget(Epsilon::new(0.1).unwrap(), delta(1e-10), order(2.0));
+        assert_eq!(e, Err(ConversionError::NoBudgetAtOrder { order: 2.0 }));
+    }
+
+    #[test]
+    fn default_order_is_sane_for_1_and_1e_minus_6() {
+        let o = default_order(Epsilon::new(1.0).unwrap(), delta(1e-6)).get();
+        // B(λ)/λ peaks in the low twenties for (1, 1e-6) (hand computation: B(20)/20 ≈ 0.024,
+        // B(15)/15 ≈ 0.018, B(30)/30 ≈ 0.022).
+        assert!(o > 15.0 && o < 30.0, "{o}");
+        // three significant digits
+        let digits = format!("{o}").replace('.', "");
+        assert!(digits.trim_start_matches('0').len() <= 3, "{o}");
+        let budget = dp_to_rdp_budget(Epsilon::new(1.0).unwrap(), delta(1e-6), order(o))
+            .unwrap()
+            .get();
+        // it beats its neighbours at the same rounding
+        for other in [o * 0.8, o * 1.25] {
+            if let Ok(b) = dp_to_rdp_budget(Epsilon::new(1.0).unwrap(), delta(1e-6), order(other)) {
+                assert!(budget / o >= b.get() / other);
+            }
+        }
+    }
+
+    #[test]
+    fn default_order_is_valid_across_targets() {
+        for eps in [1e-4, 0.01, 0.1, 1.0, 10.0, 100.0, 8192.0] {
+            for d in [1e-15, 1e-9, 1e-6, 1e-3, 0.5, 0.999] {
+                let o = default_order(Epsilon::new(eps).unwrap(), delta(d));
+                assert!(o.get() > 1.0);
+                assert!(
+                    dp_to_rdp_budget(Epsilon::new(eps).unwrap(), delta(d), o).is_ok(),
+                    "ε={eps} δ={d} λ={}",
+                    o.get()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn best_dp_is_the_minimum_over_orders() {
+        let s = Sensitivity::REPLACE_ONE;
+        for (r, alpha) in [(1.0, 3.46), (1.0, 50.0), (0.1, 1.0), (5.0, 200.0)] {
+            let d = delta(1e-6);
+            let (eps, lambda) = best_dp_of_dirichlet(r, alpha, &s, d);
+            let max = dirichlet_max_order(r, alpha, &s);
+            assert!(eps.is_finite() && lambda > 1.0 && lambda < max);
+            // no order on a fine grid does better
+            for i in 1..2000 {
+                let l = 1.0 + (max - 1.0) * i as f64 / 2000.0;
+                let e = rdp_to_dp(order(l), dirichlet_rdp(order(l), r, alpha, &s), d);
+                assert!(
+                    eps <= e * (1.0 + 1e-9),
+                    "r={r} α={alpha}: {eps} at {lambda} vs {e} at {l}"
+                );
+            }
+        }
+        assert!(best_dp_of_dirichlet(f64::NAN, 1.0, &s, delta(1e-6))
+            .0
+            .is_infinite());
+        assert!(best_dp_of_dirichlet(1.0, 0.0, &s, delta(1e-6))
+            .0
+            .is_infinite());
+    }
+
+    #[test]
+    fn three_significant_digits() {
+        assert_eq!(round_3_significant(21.74), [21.7, 21.8]);
+        assert_eq!(round_3_significant(1.0004), [1.0, 1.01]);
+        assert_eq!(round_3_significant(0.000123456), [0.000123, 0.000124]);
+        assert_eq!(round_3_significant(123456.0), [123000.0, 124000.0]);
+    }
 }

@@ -1,5 +1,4 @@
 //! Utility forecasts before anything is spent.
-// SKELETON: the privacy helper implements these (see issue 2).
 use serde::Serialize;
 
 /// Aggregate forecast of a Dirichlet release from (r, α, N, d) only; nothing per cell, so a
@@ -22,16 +21,182 @@ pub struct KlTail {
 }
 
 /// Forecast for y ~ Dir(r·x + α) with N = Σx, α₀ = Σα (uniform α_m used for the KL condition).
-pub fn dirichlet_forecast(r: f64, alpha_total: f64, alpha_min: f64, n: f64, d: usize, beta: f64) -> Forecast {
-    todo!("{r} {alpha_total} {alpha_min} {n} {d} {beta}")
+///
+/// - `l2_bound`: 001 Theorem 5 with N replaced by rN (the draw is Dir(r·x + α), so the
+///   sub-Gaussian constant is 1/(4(rN + α₀ + 1)) and the bias bound 2α₀/(rN + α₀)):
+///   √((3 log(1/β) + 2d)/(4(rN + α₀ + 1))) + 2α₀/(rN + α₀), capped at √2, the largest ℓ2
+///   distance between two points of the simplex. With N = 0 there is no x/N to be close to and
+///   the bound is √2.
+/// - `max_cell_variance`: Var[yᵢ] = aᵢ(a₀ − aᵢ)/(a₀²(a₀ + 1)) ≤ 1/(4(a₀ + 1)) with a₀ = rN + α₀
+///   (000 §2.2; the maximum of aᵢ(a₀ − aᵢ) is a₀²/4), which needs no cell value.
+/// - `kl_tail`: 000 Theorem 2 with β_KL = rN applies to a uniform prior α_m and needs
+///   rN ≥ dα_m/(e^{η/2} − 1), i.e. η ≥ η_min = 2·ln(1 + dα_m/(rN)). The η reported is the
+///   smallest η ≥ η_min at which the tail bound exp(−rNη²/(2(2+η)(4+3η))) is at most β, so
+///   that "KL(x/N ‖ y) ≤ η with probability ≥ 1 − β" reads like the ℓ2 bound; when no η gets
+///   the bound down to β (it tends to exp(−rN/6) as η → ∞), η_min and its bound are reported.
+///   `None` when the prior is not uniform (α₀ ≠ d·α_m: the theorem is stated for a uniform α),
+///   when rN = 0, or for invalid input.
+///
+/// Invalid input (non-finite or negative values, r or α ≤ 0, d = 0, β ∉ (0, 1)) gives NaN bounds
+/// and no KL tail.
+pub fn dirichlet_forecast(
+    r: f64,
+    alpha_total: f64,
+    alpha_min: f64,
+    n: f64,
+    d: usize,
+    beta: f64,
+) -> Forecast {
+    let valid = r.is_finite()
+        && r > 0.0
+        && alpha_total.is_finite()
+        && alpha_total > 0.0
+        && alpha_min.is_finite()
+        && alpha_min > 0.0
+        && n.is_finite()
+        && n >= 0.0
+        && d > 0
+        && beta > 0.0
+        && beta < 1.0;
+    if !valid {
+        return Forecast {
+            l2_bound: f64::NAN,
+            l2_bound_confidence: 1.0 - beta,
+            max_cell_variance: f64::NAN,
+            kl_tail: None,
+        };
+    }
+    let rn = r * n;
+    let a0 = rn + alpha_total;
+    let d_f = d as f64;
+    let spread = ((3.0 * (1.0 / beta).ln() + 2.0 * d_f) / (4.0 * (a0 + 1.0))).sqrt();
+    let bias = 2.0 * alpha_total / a0;
+    let l2_bound = if n > 0.0 {
+        (spread + bias).min(std::f64::consts::SQRT_2)
+    } else {
+        std::f64::consts::SQRT_2
+    };
+    let max_cell_variance = 1.0 / (4.0 * (a0 + 1.0));
+    let uniform = (alpha_total - d_f * alpha_min).abs() <= 1e-9 * alpha_total;
+    let kl_tail = if uniform && rn > 0.0 {
+        kl_tail(rn, alpha_min, d_f, beta)
+    } else {
+        None
+    };
+    Forecast {
+        l2_bound,
+        l2_bound_confidence: 1.0 - beta,
+        max_cell_variance,
+        kl_tail,
+    }
+}
+
+/// 000 Theorem 2's bound exp(−Bη²/(2(2+η)(4+3η))) at the η chosen in [`dirichlet_forecast`].
+fn kl_tail(b: f64, alpha: f64, d: f64, beta: f64) -> Option<KlTail> {
+    let eta_min = 2.0 * (d * alpha / b).ln_1p();
+    // Bound = β ⇔ η²/((2+η)(4+3η)) = q with q = 2 ln(1/β)/B ⇔ (1−3q)η² − 10qη − 8q = 0,
+    // solvable for η > 0 only if q < 1/3 (the left side increases to 1/3).
+    let q = 2.0 * (1.0 / beta).ln() / b;
+    let eta_beta = if q < 1.0 / 3.0 {
+        let a = 1.0 - 3.0 * q;
+        (10.0 * q + (100.0 * q * q + 32.0 * q * a).sqrt()) / (2.0 * a)
+    } else {
+        f64::INFINITY
+    };
+    let eta = if eta_beta.is_finite() {
+        eta_beta.max(eta_min)
+    } else {
+        eta_min
+    };
+    let probability = (-b * eta * eta / (2.0 * (2.0 + eta) * (4.0 + 3.0 * eta)))
+        .exp()
+        .min(1.0);
+    (eta.is_finite() && probability.is_finite()).then_some(KlTail { eta, probability })
 }
 
 /// 000 §2.2: E[y_i] = (r x_i + α_i)/(rN + α₀).
 pub fn cell_mean(r: f64, x_i: f64, alpha_i: f64, n: f64, alpha_total: f64) -> f64 {
-    todo!("{r} {x_i} {alpha_i} {n} {alpha_total}")
+    (r * x_i + alpha_i) / (r * n + alpha_total)
 }
 
 /// 000 §2.2: Var[y_i] = a_i(a₀ − a_i)/(a₀²(a₀ + 1)) with a_i = r x_i + α_i, a₀ = rN + α₀.
 pub fn cell_variance(r: f64, x_i: f64, alpha_i: f64, n: f64, alpha_total: f64) -> f64 {
-    todo!("{r} {x_i} {alpha_i} {n} {alpha_total}")
+    let a_i = r * x_i + alpha_i;
+    let a0 = r * n + alpha_total;
+    // a₀ − aᵢ = r(N − xᵢ) + (α₀ − αᵢ): formed from the differences so that a tiny cell of a
+    // huge total does not lose its complement to rounding.
+    let rest = r * (n - x_i) + (alpha_total - alpha_i);
+    a_i * rest / (a0 * a0 * (a0 + 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cell_moments_match_000_section_2_2() {
+        // x = (3, 1), α = 1 each, r = 2: a = (7, 3), a₀ = 10.
+        assert_eq!(cell_mean(2.0, 3.0, 1.0, 4.0, 2.0), 0.7);
+        let v = cell_variance(2.0, 3.0, 1.0, 4.0, 2.0);
+        assert!((v - 7.0 * 3.0 / (100.0 * 11.0)).abs() < 1e-17);
+        // The forecast's bound dominates every cell.
+        let f = dirichlet_forecast(2.0, 2.0, 1.0, 4.0, 2, 0.05);
+        assert!(f.max_cell_variance >= v);
+        assert_eq!(f.max_cell_variance, 1.0 / 44.0);
+    }
+
+    #[test]
+    fn l2_bound_is_theorem_5_with_rn() {
+        let (r, a0, n, d, beta) = (0.5, 20.0, 1000.0, 10usize, 0.05);
+        let f = dirichlet_forecast(r, a0, 2.0, n, d, beta);
+        let rn: f64 = r * n;
+        let want =
+            ((3.0 * 20f64.ln() + 20.0) / (4.0 * (rn + a0 + 1.0))).sqrt() + 2.0 * a0 / (rn + a0);
+        assert!((f.l2_bound - want).abs() < 1e-15);
+        assert_eq!(f.l2_bound_confidence, 0.95);
+        // small N: capped at √2
+        let f = dirichlet_forecast(1.0, 1e4, 1e3, 3.0, 10, 0.05);
+        assert_eq!(f.l2_bound, std::f64::consts::SQRT_2);
+        assert_eq!(
+            dirichlet_forecast(1.0, 20.0, 2.0, 0.0, 10, 0.05).l2_bound,
+            std::f64::consts::SQRT_2
+        );
+    }
+
+    #[test]
+    fn kl_tail_condition_and_level() {
+        // Large rN: the bound reaches β at an η above η_min.
+        let f = dirichlet_forecast(1.0, 10.0, 1.0, 1e5, 10, 0.05);
+        let t = f.kl_tail.expect("condition holds");
+        let eta_min = 2.0 * (10.0f64 / 1e5).ln_1p();
+        assert!(t.eta >= eta_min);
+        assert!((t.probability - 0.05).abs() < 1e-12, "{t:?}");
+        // and the paper's condition holds at the reported η
+        assert!(1e5 >= 10.0 * 1.0 / ((t.eta / 2.0).exp() - 1.0));
+        // Small rN: no η brings the bound to β; η_min and its (large) bound are reported.
+        let t = dirichlet_forecast(0.01, 10.0, 1.0, 100.0, 10, 0.05)
+            .kl_tail
+            .unwrap();
+        assert!((t.eta - 2.0 * (10.0f64 / 1.0).ln_1p()).abs() < 1e-12);
+        assert!(t.probability > 0.05);
+        // Non-uniform prior or N = 0: the theorem does not apply.
+        assert!(dirichlet_forecast(1.0, 12.0, 1.0, 1e5, 10, 0.05)
+            .kl_tail
+            .is_none());
+        assert!(dirichlet_forecast(1.0, 10.0, 1.0, 0.0, 10, 0.05)
+            .kl_tail
+            .is_none());
+    }
+
+    #[test]
+    fn invalid_input_is_nan_not_a_finite_guess() {
+        for f in [
+            dirichlet_forecast(f64::NAN, 10.0, 1.0, 10.0, 10, 0.05),
+            dirichlet_forecast(1.0, 10.0, 1.0, -1.0, 10, 0.05),
+            dirichlet_forecast(1.0, 10.0, 1.0, 10.0, 0, 0.05),
+            dirichlet_forecast(1.0, 10.0, 1.0, 10.0, 10, 1.0),
+        ] {
+            assert!(f.l2_bound.is_nan() && f.max_cell_variance.is_nan() && f.kl_tail.is_none());
+        }
+    }
 }

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Reference values for the privacy core's special functions and Rényi divergences.
+
+Run from the repository root:  python3 scripts/gen_fixtures.py
+Writes src/privacy/fixtures/*.csv, which the tests load with include_str!. Every argument is
+written as Python's repr of an f64, so Rust parses exactly the double mpmath evaluated at.
+Values are computed with 50 significant digits and printed with 20, more than an f64 holds.
+Requires mpmath (pip install mpmath).
+"""
+
+import os
+
+import mpmath as mp
+
+mp.mp.dps = 50
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "privacy", "fixtures")
+
+
+def log_spaced(lo_exp, hi_exp, n):
+    return [float(mp.mpf(10) ** (lo_exp + (hi_exp - lo_exp) * k / (n - 1))) for k in range(n)]
+
+
+def awkward_points():
+    pts = [
+        1e-6, 1e8, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.4603, 0.25, 0.1, 1e-3, 1e-2,
+        # around the recurrence/asymptotic switch and other integers
+        7.0, 7.5, 7.999999999, 8.0, 8.000000001, 8.5, 9.0, 10.0, 12.0, 16.0, 20.0,
+        # near-integers just below and above
+        0.999999999999, 1.000000000001, 1.9999999999999, 2.0000000000001,
+        # values next to a tiny shape
+        1.0000001e-6, 3.1e-5, 4.2e-4,
+        # large
+        123456.789, 9.87654321e6, 5e7, 99999999.5,
+        # a bit outside the promised range (checked too)
+        1e-8, 1e9, 1e12,
+    ]
+    return pts
+
+
+def fmt(v):
+    return mp.nstr(v, 20, min_fixed=-1, max_fixed=-1) if v != 0 else "0"
+
+
+def write(name, header, rows):
+    path = os.path.join(OUT, name)
+    with open(path, "w") as f:
+        f.write(header + "\n")
+        for row in rows:
+            f.write(",".join(row) + "\n")
+    print(f"wrote {len(rows)} rows to {os.path.relpath(path)}")
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    xs = sorted(set(log_spaced(-6, 8, 200) + awkward_points()))
+
+    write("trigamma.csv", "x,trigamma",
+          [[repr(x), fmt(mp.psi(1, mp.mpf(x)))] for x in xs])
+    write("tetragamma.csv", "x,tetragamma",
+          [[repr(x), fmt(mp.psi(2, mp.mpf(x)))] for x in xs])
+    write("ln_gamma.csv", "x,ln_gamma",
+          [[repr(x), fmt(mp.loggamma(mp.mpf(x)))] for x in xs])
+
+    # Laplace RDP of one cell shifted by u = s/b (Mironov 2017, Prop. 6).
+    def laplace(lam, u):
+        lam, u = mp.mpf(lam), mp.mpf(u)
+        return mp.log(lam / (2 * lam - 1) * mp.exp((lam - 1) * u)
+                      + (lam - 1) / (2 * lam - 1) * mp.exp(-lam * u)) / (lam - 1)
+
+    rows = []
+    for lam in [1.0001, 1.01, 1.5, 2.0, 3.0, 10.0, 1000.0]:
+        for u in [1e-9, 1e-6, 1e-3, 0.1, 0.5, 0.999, 1.0, 1.001, 2.0, 10.0, 29.9, 30.1, 100.0, 1e4]:
+            rows.append([repr(lam), repr(u), fmt(laplace(lam, u))])
+    write("laplace.csv", "order,shift_over_scale,rdp", rows)
+
+    # Exact Rényi divergence between Dirichlets (proof of 001 Theorem 2, eq. 19).
+    def log_b(u):
+        return mp.fsum(mp.loggamma(mp.mpf(a)) for a in u) - mp.loggamma(mp.fsum(mp.mpf(a) for a in u))
+
+    def renyi(lam, u, v):
+        lam = mp.mpf(lam)
+        w = [mp.mpf(a) + (lam - 1) * (mp.mpf(a) - mp.mpf(b)) for a, b in zip(u, v)]
+        if any(x <= 0 for x in w):
+            return mp.inf
+        return ((lam - 1) * (log_b(v) - log_b(u)) + log_b(w) - log_b(u)) / (lam - 1)
+
+    x = [11.0, 8.0, 65.0, 25.0, 38.0, 1.0]
+    xp = [11.0, 7.0, 65.0, 25.0, 38.0, 0.0]
+    cases = []
+    # 000 Figure 3's neighbours under Algorithm 1's prior alpha = 1 + 4(lambda - 1) r.
+    for lam in [2.0, 20.0, 200.0]:
+        for r in [0.1, 1.0, 3.0]:
+            alpha = 1.0 + 4.0 * (lam - 1.0) * r
+            u = [r * a + alpha for a in x]
+            v = [r * a + alpha for a in xp]
+            cases.append((lam, u, v))
+            cases.append((lam, v, u))
+    # Worst-case style pairs: one cell 0 -> 1 at the smallest prior; replace-one.
+    cases += [
+        (2.0, [3.46, 3.46, 10.0], [4.46, 3.46, 10.0]),
+        (2.0, [4.46, 3.46, 10.0], [3.46, 3.46, 10.0]),
+        (1.5, [0.7, 2.0, 5.0, 1.0], [1.7, 1.0, 5.0, 1.0]),
+        (3.0, [2.5, 2.5], [3.5, 1.5]),
+        (1.0001, [1e-3, 5.0, 7.0], [1.001, 5.0, 7.0]),
+        (50.0, [1000.0, 2000.0, 3000.0], [1001.0, 1999.0, 3000.0]),
+        (5.0, [0.25, 0.5, 100.0], [1.25, 0.5, 100.0]),
+        # infinite: w_1 = 1 + 2 * (1 - 2) < 0
+        (3.0, [1.0, 2.0], [2.0, 1.0]),
+    ]
+    rows = []
+    for lam, u, v in cases:
+        val = renyi(lam, u, v)
+        rows.append([repr(lam), " ".join(repr(a) for a in u), " ".join(repr(b) for b in v),
+                     "inf" if val == mp.inf else fmt(val)])
+    write("renyi.csv", "order,u,v,divergence", rows)
+
+
+if __name__ == "__main__":
+    main()
