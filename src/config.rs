@@ -38,7 +38,10 @@ pub enum LogFormat {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read configuration file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("invalid configuration in {origin}: {message}")]
     Invalid { origin: String, message: String },
 }
@@ -53,23 +56,34 @@ impl Settings {
     pub fn load() -> Result<Settings, ConfigError> {
         let mut files = Vec::new();
         if let Ok(path) = std::env::var("DIRICHLET_CONFIG") {
-            let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+            let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
+            })?;
             files.push((path, text));
         }
         Self::from_layers(&files, |name| std::env::var(name).ok())
     }
 
     /// The layering itself, with the environment injected so it can be tested.
-    pub fn from_layers(files: &[(String, String)], env: impl Fn(&str) -> Option<String>) -> Result<Settings, ConfigError> {
-        let mut table: toml::Table = DEFAULTS.parse().map_err(|e: toml::de::Error| ConfigError::Invalid {
-            origin: "config/default.toml".into(),
-            message: e.to_string(),
-        })?;
+    pub fn from_layers(
+        files: &[(String, String)],
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        let mut table: toml::Table =
+            DEFAULTS
+                .parse()
+                .map_err(|e: toml::de::Error| ConfigError::Invalid {
+                    origin: "config/default.toml".into(),
+                    message: e.to_string(),
+                })?;
         for (origin, text) in files {
-            let layer: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::Invalid {
-                origin: origin.clone(),
-                message: e.to_string(),
-            })?;
+            let layer: toml::Table =
+                text.parse()
+                    .map_err(|e: toml::de::Error| ConfigError::Invalid {
+                        origin: origin.clone(),
+                        message: e.to_string(),
+                    })?;
             table.extend(layer);
         }
         const KEYS: &[&str] = &[
@@ -111,16 +125,22 @@ impl Settings {
                 table.insert((*key).into(), value);
             }
         }
-        let settings: Settings = toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| ConfigError::Invalid {
-            origin: "configuration".into(),
-            message: e.to_string(),
-        })?;
+        let settings: Settings =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| ConfigError::Invalid {
+                    origin: "configuration".into(),
+                    message: e.to_string(),
+                })?;
         settings.check()?;
         Ok(settings)
     }
 
     fn check(&self) -> Result<(), ConfigError> {
-        let invalid = |message: &str| ConfigError::Invalid { origin: "configuration".into(), message: message.into() };
+        let invalid = |message: &str| ConfigError::Invalid {
+            origin: "configuration".into(),
+            message: message.into(),
+        };
         if self.max_dimension < 2 {
             return Err(invalid("max_dimension must be at least 2"));
         }
@@ -160,7 +180,10 @@ mod tests {
 
     #[test]
     fn environment_overrides_file_overrides_defaults() {
-        let files = vec![("f.toml".to_string(), "listen = \"0.0.0.0:9000\"\nmax_dimension = 50\n".to_string())];
+        let files = vec![(
+            "f.toml".to_string(),
+            "listen = \"0.0.0.0:9000\"\nmax_dimension = 50\n".to_string(),
+        )];
         let s = Settings::from_layers(&files, |k| match k {
             "DIRICHLET_MAX_DIMENSION" => Some("70".into()),
             "DATABASE_URL" => Some("postgres://x@h/db".into()),
@@ -185,7 +208,10 @@ mod tests {
 
     #[test]
     fn an_all_digit_admin_token_stays_a_string() {
-        let s = Settings::from_layers(&[], |k| (k == "DIRICHLET_ADMIN_TOKEN").then(|| "12345678901234567890".into())).unwrap();
+        let s = Settings::from_layers(&[], |k| {
+            (k == "DIRICHLET_ADMIN_TOKEN").then(|| "12345678901234567890".into())
+        })
+        .unwrap();
         assert_eq!(s.admin_token.as_deref(), Some("12345678901234567890"));
     }
 
@@ -193,7 +219,14 @@ mod tests {
     fn unknown_keys_and_bad_values_are_refused() {
         let files = vec![("f.toml".to_string(), "lisen = \"x\"\n".to_string())];
         assert!(Settings::from_layers(&files, |_| None).is_err());
-        assert!(Settings::from_layers(&[], |k| (k == "DIRICHLET_LISTEN").then(|| "nope".into())).is_err());
-        assert!(Settings::from_layers(&[], |k| (k == "DIRICHLET_ADMIN_TOKEN").then(|| "short".into())).is_err());
+        assert!(
+            Settings::from_layers(&[], |k| (k == "DIRICHLET_LISTEN").then(|| "nope".into()))
+                .is_err()
+        );
+        assert!(
+            Settings::from_layers(&[], |k| (k == "DIRICHLET_ADMIN_TOKEN")
+                .then(|| "short".into()))
+            .is_err()
+        );
     }
 }

@@ -21,7 +21,10 @@ async fn main() -> std::process::ExitCode {
         }
     };
     let addr = app.local_addr();
-    println!("dirichlet-release listening on http://{addr} ({} backend)", app.backend());
+    println!(
+        "dirichlet-release listening on http://{addr} ({} backend)",
+        app.backend()
+    );
     if let Some(token) = &app.generated_admin_token {
         println!("Generated admin token (shown once; only its SHA-256 is stored): {token}");
     }

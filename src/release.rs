@@ -12,7 +12,9 @@ use crate::privacy::calibrate::{gaussian_sigma, laplace_scale};
 use crate::privacy::curve::{dirichlet_max_order, dirichlet_rdp, gaussian_rdp, laplace_rdp};
 use crate::privacy::sampler::{sample_dirichlet, CsRng};
 use crate::privacy::utility::{dirichlet_forecast, Forecast};
-use crate::privacy::{baseline, calibrate, Calibration, CalibrationError, Counts, Epsilon, Order, Prior, Sensitivity};
+use crate::privacy::{
+    baseline, calibrate, Calibration, CalibrationError, Counts, Epsilon, Order, Prior, Sensitivity,
+};
 
 /// The default base prior a₀ of the `dirichlet` calibration (000 Algorithm 1 uses 1).
 pub const DEFAULT_PRIOR: f64 = 1.0;
@@ -38,10 +40,23 @@ pub enum Noise {
 /// A fully parsed mechanism choice.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Spec {
-    Dirichlet { target: Target, prior: f64 },
-    Posterior { target: Target, r: f64 },
-    Diffuse { target: Target, alpha: Prior },
-    Explicit { r: f64, alpha: Prior, cap: Option<Epsilon> },
+    Dirichlet {
+        target: Target,
+        prior: f64,
+    },
+    Posterior {
+        target: Target,
+        r: f64,
+    },
+    Diffuse {
+        target: Target,
+        alpha: Prior,
+    },
+    Explicit {
+        r: f64,
+        alpha: Prior,
+        cap: Option<Epsilon>,
+    },
     Gaussian(Noise),
     Laplace(Noise),
 }
@@ -88,38 +103,99 @@ struct CalibrationRecord {
 }
 
 fn target_record(t: &Target) -> Value {
-    json!(CalibrationRecord { order: t.order.get(), epsilon: t.epsilon.get() })
+    json!(CalibrationRecord {
+        order: t.order.get(),
+        epsilon: t.epsilon.get()
+    })
 }
 
 /// Calibrate (if needed) and price `spec` for a d-cell release on a dataset with `sens`,
 /// charged at `ledger_order`.
-pub fn plan(spec: &Spec, d: usize, ledger_order: Order, sens: &Sensitivity) -> Result<Plan, PlanError> {
+pub fn plan(
+    spec: &Spec,
+    d: usize,
+    ledger_order: Order,
+    sens: &Sensitivity,
+) -> Result<Plan, PlanError> {
     let (draw, record, cap) = match spec {
         Spec::Dirichlet { target, prior } => {
-            let p = calibrate(&Calibration::Dirichlet { prior: *prior }, target.order, target.epsilon, sens)?;
+            let p = calibrate(
+                &Calibration::Dirichlet { prior: *prior },
+                target.order,
+                target.epsilon,
+                sens,
+            )?;
             let record = json!({"kind": "dirichlet", "r": p.r, "alpha": p.alpha, "prior": prior, "calibration": target_record(target)});
-            (Draw::Dirichlet { r: p.r, alpha: p.alpha }, record, None)
+            (
+                Draw::Dirichlet {
+                    r: p.r,
+                    alpha: p.alpha,
+                },
+                record,
+                None,
+            )
         }
         Spec::Posterior { target, r } => {
-            let p = calibrate(&Calibration::Posterior { r: *r }, target.order, target.epsilon, sens)?;
+            let p = calibrate(
+                &Calibration::Posterior { r: *r },
+                target.order,
+                target.epsilon,
+                sens,
+            )?;
             let record = json!({"kind": "posterior", "r": p.r, "alpha": p.alpha, "calibration": target_record(target)});
-            (Draw::Dirichlet { r: p.r, alpha: p.alpha }, record, None)
+            (
+                Draw::Dirichlet {
+                    r: p.r,
+                    alpha: p.alpha,
+                },
+                record,
+                None,
+            )
         }
         Spec::Diffuse { target, alpha } => {
-            alpha.check_dimension(d).map_err(|e| PlanError::Parameter(e.to_string()))?;
-            let p = calibrate(&Calibration::Diffuse { alpha: alpha.clone() }, target.order, target.epsilon, sens)?;
+            alpha
+                .check_dimension(d)
+                .map_err(|e| PlanError::Parameter(e.to_string()))?;
+            let p = calibrate(
+                &Calibration::Diffuse {
+                    alpha: alpha.clone(),
+                },
+                target.order,
+                target.epsilon,
+                sens,
+            )?;
             let record = json!({"kind": "diffuse", "r": p.r, "alpha": p.alpha, "calibration": target_record(target)});
-            (Draw::Dirichlet { r: p.r, alpha: p.alpha }, record, None)
+            (
+                Draw::Dirichlet {
+                    r: p.r,
+                    alpha: p.alpha,
+                },
+                record,
+                None,
+            )
         }
         Spec::Explicit { r, alpha, cap } => {
-            alpha.check_dimension(d).map_err(|e| PlanError::Parameter(e.to_string()))?;
+            alpha
+                .check_dimension(d)
+                .map_err(|e| PlanError::Parameter(e.to_string()))?;
             let record = json!({"kind": "explicit", "r": r, "alpha": alpha});
-            (Draw::Dirichlet { r: *r, alpha: alpha.clone() }, record, *cap)
+            (
+                Draw::Dirichlet {
+                    r: *r,
+                    alpha: alpha.clone(),
+                },
+                record,
+                *cap,
+            )
         }
         Spec::Gaussian(noise) => {
             let (sigma, cap, calibration) = match noise {
                 Noise::Given { value, cap } => (*value, *cap, None),
-                Noise::Calibrated(t) => (gaussian_sigma(t.order, t.epsilon, sens), None, Some(target_record(t))),
+                Noise::Calibrated(t) => (
+                    gaussian_sigma(t.order, t.epsilon, sens),
+                    None,
+                    Some(target_record(t)),
+                ),
             };
             let mut record = json!({"kind": "gaussian", "sigma": sigma});
             if let Some(c) = calibration {
@@ -130,7 +206,11 @@ pub fn plan(spec: &Spec, d: usize, ledger_order: Order, sens: &Sensitivity) -> R
         Spec::Laplace(noise) => {
             let (scale, cap, calibration) = match noise {
                 Noise::Given { value, cap } => (*value, *cap, None),
-                Noise::Calibrated(t) => (laplace_scale(t.order, t.epsilon, sens, d)?, None, Some(target_record(t))),
+                Noise::Calibrated(t) => (
+                    laplace_scale(t.order, t.epsilon, sens, d)?,
+                    None,
+                    Some(target_record(t)),
+                ),
             };
             let mut record = json!({"kind": "laplace", "scale": scale});
             if let Some(c) = calibration {
@@ -145,21 +225,45 @@ pub fn plan(spec: &Spec, d: usize, ledger_order: Order, sens: &Sensitivity) -> R
             Draw::Dirichlet { r, alpha } => dirichlet_max_order(*r, alpha.min(), sens),
             _ => f64::INFINITY,
         };
-        return Err(PlanError::NoGuarantee { ledger_order: ledger_order.get(), max_order });
+        return Err(PlanError::NoGuarantee {
+            ledger_order: ledger_order.get(),
+            max_order,
+        });
     }
     if let Some(cap) = cap {
         // The cap is checked against the price the ledger would charge, not the raw curve.
-        let charged = charge_for(price).map(Units::to_f64).unwrap_or(f64::INFINITY);
+        let charged = charge_for(price)
+            .map(Units::to_f64)
+            .unwrap_or(f64::INFINITY);
         if charged > cap.get() {
-            return Err(PlanError::CostExceedsCap { price: charged, cap: cap.get(), order: ledger_order.get() });
+            return Err(PlanError::CostExceedsCap {
+                price: charged,
+                cap: cap.get(),
+                order: ledger_order.get(),
+            });
         }
     }
     let charge = match charge_for(price) {
         Ok(units) => units,
-        Err(UnitsError::TooLarge) => return Err(PlanError::TooExpensive { price, order: ledger_order.get() }),
-        Err(UnitsError::NotFinite) => return Err(PlanError::NoGuarantee { ledger_order: ledger_order.get(), max_order: f64::NAN }),
+        Err(UnitsError::TooLarge) => {
+            return Err(PlanError::TooExpensive {
+                price,
+                order: ledger_order.get(),
+            })
+        }
+        Err(UnitsError::NotFinite) => {
+            return Err(PlanError::NoGuarantee {
+                ledger_order: ledger_order.get(),
+                max_order: f64::NAN,
+            })
+        }
     };
-    Ok(Plan { draw, price, charge, record })
+    Ok(Plan {
+        draw,
+        price,
+        charge,
+        record,
+    })
 }
 
 /// The RDP cost of running `draw` once, at `order`.
@@ -175,7 +279,12 @@ pub fn price(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> f64 {
 pub fn execute(draw: &Draw, counts: &Counts, rng: &mut CsRng) -> Vec<f64> {
     match draw {
         Draw::Dirichlet { r, alpha } => {
-            let shapes: Vec<f64> = counts.as_slice().iter().enumerate().map(|(i, x)| r * x + alpha.at(i)).collect();
+            let shapes: Vec<f64> = counts
+                .as_slice()
+                .iter()
+                .enumerate()
+                .map(|(i, x)| r * x + alpha.at(i))
+                .collect();
             sample_dirichlet(&shapes, rng)
         }
         Draw::Gaussian { sigma } => baseline::gaussian_release(counts, *sigma, rng),
@@ -188,7 +297,14 @@ pub fn forecast(draw: &Draw, counts: &Counts) -> Option<Forecast> {
     match draw {
         Draw::Dirichlet { r, alpha } => {
             let d = counts.len();
-            Some(dirichlet_forecast(*r, alpha.total(d), alpha.min(), counts.total(), d, FORECAST_BETA))
+            Some(dirichlet_forecast(
+                *r,
+                alpha.total(d),
+                alpha.min(),
+                counts.total(),
+                d,
+                FORECAST_BETA,
+            ))
         }
         _ => None,
     }

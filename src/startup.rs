@@ -22,7 +22,10 @@ pub enum StartupError {
     #[error("cannot open the database: {0}")]
     Store(#[from] StoreError),
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("invalid fingerprint_key: {0}")]
     FingerprintKey(String),
 }
@@ -36,11 +39,20 @@ pub struct Application {
 
 impl Application {
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let options = StoreOptions { max_connections: settings.db_max_connections, acquire_timeout: settings.db_acquire_timeout() };
+        let options = StoreOptions {
+            max_connections: settings.db_max_connections,
+            acquire_timeout: settings.db_acquire_timeout(),
+        };
         let store = store::connect(&settings.database_url, &options).await?;
         let (admin_digest, generated_admin_token) = admin_digest(&settings, store.as_ref()).await?;
         let fingerprint_key = fingerprint_key(&settings, store.as_ref()).await?;
-        let listener = TcpListener::bind(settings.listen).await.map_err(|source| StartupError::Bind { addr: settings.listen, source })?;
+        let listener =
+            TcpListener::bind(settings.listen)
+                .await
+                .map_err(|source| StartupError::Bind {
+                    addr: settings.listen,
+                    source,
+                })?;
         let state = AppState {
             store,
             settings: Arc::new(settings),
@@ -49,11 +61,17 @@ impl Application {
             metrics: Metrics::new(),
             tasks: TaskTracker::new(),
         };
-        Ok(Application { listener, state, generated_admin_token })
+        Ok(Application {
+            listener,
+            state,
+            generated_admin_token,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("a bound listener has an address")
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
     }
 
     pub fn backend(&self) -> &'static str {
@@ -62,10 +80,15 @@ impl Application {
 
     /// Serve until `shutdown` resolves, then stop accepting, finish in-flight requests and wait
     /// for release tasks whose clients went away.
-    pub async fn run_until_stopped(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let tasks = self.state.tasks.clone();
         let app = router(self.state);
-        axum::serve(self.listener, app).with_graceful_shutdown(shutdown).await?;
+        axum::serve(self.listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await?;
         tasks.close();
         tasks.wait().await;
         Ok(())
@@ -74,7 +97,10 @@ impl Application {
 
 /// The configured admin token wins. Otherwise the digest stored by an earlier start is used, or
 /// a token is generated, its digest stored (first replica wins) and the token returned once.
-async fn admin_digest(settings: &Settings, store: &dyn LedgerStore) -> Result<([u8; 32], Option<String>), StartupError> {
+async fn admin_digest(
+    settings: &Settings,
+    store: &dyn LedgerStore,
+) -> Result<([u8; 32], Option<String>), StartupError> {
     if let Some(token) = &settings.admin_token {
         return Ok((sha256(token.as_bytes()), None));
     }
@@ -90,17 +116,29 @@ async fn admin_digest(settings: &Settings, store: &dyn LedgerStore) -> Result<([
     Ok((stored, generated))
 }
 
-async fn fingerprint_key(settings: &Settings, store: &dyn LedgerStore) -> Result<[u8; 32], StartupError> {
+async fn fingerprint_key(
+    settings: &Settings,
+    store: &dyn LedgerStore,
+) -> Result<[u8; 32], StartupError> {
     if let Some(hex_key) = &settings.fingerprint_key {
-        let bytes = hex::decode(hex_key.trim()).map_err(|e| StartupError::FingerprintKey(e.to_string()))?;
-        return bytes.try_into().map_err(|_| StartupError::FingerprintKey("it must be 32 bytes (64 hex digits)".into()));
+        let bytes =
+            hex::decode(hex_key.trim()).map_err(|e| StartupError::FingerprintKey(e.to_string()))?;
+        return bytes.try_into().map_err(|_| {
+            StartupError::FingerprintKey("it must be 32 bytes (64 hex digits)".into())
+        });
     }
-    let stored = store.secret_or_init(FINGERPRINT_SECRET, &random_bytes()).await?;
+    let stored = store
+        .secret_or_init(FINGERPRINT_SECRET, &random_bytes())
+        .await?;
     to_key(&stored)
 }
 
 fn to_key(bytes: &[u8]) -> Result<[u8; 32], StartupError> {
-    bytes.try_into().map_err(|_| StartupError::Store(StoreError::Corrupt("a stored secret is not 32 bytes".into())))
+    bytes.try_into().map_err(|_| {
+        StartupError::Store(StoreError::Corrupt(
+            "a stored secret is not 32 bytes".into(),
+        ))
+    })
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -6,11 +6,18 @@ use common::app::{assert_problem, spawn_app, spawn_app_with, Backend, TestApp, A
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
+/// The charge of a release calibrated to `target`: never above it, and within 1e-9 of it.
+fn spends_exactly(charge: f64, target: f64) -> bool {
+    (target * (1.0 - 1e-9)..=target).contains(&charge)
+}
+
 fn assert_distribution(v: &Value, d: usize) {
     let dist = v.as_array().expect("distribution is an array");
     assert_eq!(dist.len(), d);
     let values: Vec<f64> = dist.iter().map(|x| x.as_f64().unwrap()).collect();
-    assert!(values.iter().all(|x| x.is_finite() && *x >= 0.0 && *x <= 1.0));
+    assert!(values
+        .iter()
+        .all(|x| x.is_finite() && *x >= 0.0 && *x <= 1.0));
     let sum: f64 = values.iter().sum();
     assert!((sum - 1.0).abs() < 1e-9, "sums to {sum}");
 }
@@ -19,7 +26,11 @@ async fn story(backend: Backend) {
     let app = spawn_app(backend).await;
     // Register.
     let response = app
-        .post("/v1/datasets", ADMIN_TOKEN, &json!({"name": "visits per diagnosis", "budget": {"order": 2, "epsilon": 1.0}}))
+        .post(
+            "/v1/datasets",
+            ADMIN_TOKEN,
+            &json!({"name": "visits per diagnosis", "budget": {"order": 2, "epsilon": 1.0}}),
+        )
         .await;
     assert_eq!(response.status(), StatusCode::CREATED);
     let location = response.headers()["location"].to_str().unwrap().to_string();
@@ -27,24 +38,47 @@ async fn story(backend: Backend) {
     let id = dataset["id"].as_str().unwrap().to_string();
     assert_eq!(location, format!("/v1/datasets/{id}"));
     assert_eq!(dataset["budget"], json!({"order": 2.0, "epsilon": 1.0}));
-    assert_eq!(dataset["sensitivity"], json!({"l2_squared": 2.0, "linf": 1.0}));
+    assert_eq!(
+        dataset["sensitivity"],
+        json!({"l2_squared": 2.0, "linf": 1.0})
+    );
     assert_eq!(dataset["neighbouring"], "replace_one");
 
-    let listed: Value = app.get("/v1/datasets", ADMIN_TOKEN).await.json().await.unwrap();
-    assert!(listed["items"].as_array().unwrap().iter().any(|d| d["id"] == id.as_str()));
-    let shown: Value = app.get(&format!("/v1/datasets/{id}"), ADMIN_TOKEN).await.json().await.unwrap();
+    let listed: Value = app
+        .get("/v1/datasets", ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["id"] == id.as_str()));
+    let shown: Value = app
+        .get(&format!("/v1/datasets/{id}"), ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(shown["name"], "visits per diagnosis");
 
     let counts = json!([120, 45, 3, 0, 17, 9]);
     let body = json!({"counts": counts, "epsilon": 0.25});
 
     // Preview: priced and forecast, nothing charged.
-    let response = app.post(&format!("/v1/datasets/{id}/releases/preview"), ADMIN_TOKEN, &body).await;
+    let response = app
+        .post(
+            &format!("/v1/datasets/{id}/releases/preview"),
+            ADMIN_TOKEN,
+            &body,
+        )
+        .await;
     assert_eq!(response.status(), StatusCode::OK);
     let preview: Value = response.json().await.unwrap();
     assert_eq!(preview["admissible"], true);
     let cost = preview["cost"]["epsilon"].as_f64().unwrap();
-    assert!(cost <= 0.25 && cost >= 0.25 * (1.0 - 1e-9), "preview cost {cost}");
+    assert!(spends_exactly(cost, 0.25), "preview cost {cost}");
     assert_eq!(preview["cost"]["order"], 2.0);
     assert_eq!(preview["mechanism"]["kind"], "dirichlet");
     assert!(preview["forecast"]["l2_bound"].as_f64().unwrap() > 0.0);
@@ -57,14 +91,20 @@ async fn story(backend: Backend) {
     let mut spent = 0.0;
     let mut ids = Vec::new();
     for i in 1..=4 {
-        let response = app.post(&format!("/v1/datasets/{id}/releases"), ADMIN_TOKEN, &body).await;
+        let response = app
+            .post(&format!("/v1/datasets/{id}/releases"), ADMIN_TOKEN, &body)
+            .await;
         assert_eq!(response.status(), StatusCode::CREATED, "release {i}");
         let release: Value = response.json().await.unwrap();
         assert_distribution(&release["distribution"], 6);
         let c = release["cost"]["epsilon"].as_f64().unwrap();
-        assert!(c <= 0.25 && c >= 0.25 * (1.0 - 1e-9));
+        assert!(spends_exactly(c, 0.25));
         spent += c;
-        assert_eq!(release["budget"]["spent"].as_f64().unwrap(), spent, "spent is the exact sum of charges");
+        assert_eq!(
+            release["budget"]["spent"].as_f64().unwrap(),
+            spent,
+            "spent is the exact sum of charges"
+        );
         assert_eq!(release["budget"]["releases"], i);
         assert_eq!(release["seq"], i);
         assert_eq!(release["created_by"], "admin");
@@ -73,7 +113,9 @@ async fn story(backend: Backend) {
     }
 
     // The fifth is refused, and refusing charges nothing.
-    let response = app.post(&format!("/v1/datasets/{id}/releases"), ADMIN_TOKEN, &body).await;
+    let response = app
+        .post(&format!("/v1/datasets/{id}/releases"), ADMIN_TOKEN, &body)
+        .await;
     let problem = assert_problem(response, StatusCode::CONFLICT, "budget-exhausted").await;
     assert_eq!(problem["budget"]["spent"].as_f64().unwrap(), spent);
     assert!(problem.get("distribution").is_none());
@@ -84,22 +126,63 @@ async fn story(backend: Backend) {
     assert_eq!(budget["remaining"].as_f64().unwrap(), 1.0 - spent);
     assert!(budget.get("dp").is_none());
     // A preview now says it is not admissible.
-    let preview: Value = app.post(&format!("/v1/datasets/{id}/releases/preview"), ADMIN_TOKEN, &body).await.json().await.unwrap();
+    let preview: Value = app
+        .post(
+            &format!("/v1/datasets/{id}/releases/preview"),
+            ADMIN_TOKEN,
+            &body,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(preview["admissible"], false);
 
     // History: newest first, paginated.
-    let page: Value = app.get(&format!("/v1/datasets/{id}/releases?limit=3"), ADMIN_TOKEN).await.json().await.unwrap();
+    let page: Value = app
+        .get(&format!("/v1/datasets/{id}/releases?limit=3"), ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .unwrap();
     let items = page["items"].as_array().unwrap();
-    assert_eq!(items.iter().map(|r| r["seq"].as_i64().unwrap()).collect::<Vec<_>>(), vec![4, 3, 2]);
+    assert_eq!(
+        items
+            .iter()
+            .map(|r| r["seq"].as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![4, 3, 2]
+    );
     assert_eq!(page["next_before"], 2);
-    let rest: Value = app.get(&format!("/v1/datasets/{id}/releases?limit=3&before=2"), ADMIN_TOKEN).await.json().await.unwrap();
+    let rest: Value = app
+        .get(
+            &format!("/v1/datasets/{id}/releases?limit=3&before=2"),
+            ADMIN_TOKEN,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(rest["items"].as_array().unwrap().len(), 1);
     assert_eq!(rest["next_before"], Value::Null);
-    let one: Value = app.get(&format!("/v1/datasets/{id}/releases/{}", ids[0]), ADMIN_TOKEN).await.json().await.unwrap();
+    let one: Value = app
+        .get(
+            &format!("/v1/datasets/{id}/releases/{}", ids[0]),
+            ADMIN_TOKEN,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(one["id"], ids[0].as_str());
     assert_eq!(one["seq"], 1);
     assert_eq!(one["distribution"], rest["items"][0]["distribution"]);
-    let missing = app.get(&format!("/v1/datasets/{id}/releases/{}", uuid::Uuid::new_v4()), ADMIN_TOKEN).await;
+    let missing = app
+        .get(
+            &format!("/v1/datasets/{id}/releases/{}", uuid::Uuid::new_v4()),
+            ADMIN_TOKEN,
+        )
+        .await;
     assert_problem(missing, StatusCode::NOT_FOUND, "not-found").await;
 }
 
@@ -130,32 +213,61 @@ async fn every_mechanism_releases_and_is_charged_at_the_ledger_order(backend: Ba
         let c = release["cost"]["epsilon"].as_f64().unwrap();
         assert!(c > 0.0);
         if case.get("epsilon").is_some() {
-            assert!(c <= 0.5 && c >= 0.5 * (1.0 - 1e-9), "{case}: {c}");
+            assert!(spends_exactly(c, 0.5), "{case}: {c}");
         }
         spent += c;
         assert_eq!(release["budget"]["spent"].as_f64().unwrap(), spent);
     }
     // Calibrated at another order, charged at the ledger's by the curve: not the asked epsilon.
-    let response = app.post(&path, ADMIN_TOKEN, &json!({"counts": counts, "epsilon": 0.5, "order": 2.0})).await;
+    let response = app
+        .post(
+            &path,
+            ADMIN_TOKEN,
+            &json!({"counts": counts, "epsilon": 0.5, "order": 2.0}),
+        )
+        .await;
     assert_eq!(response.status(), StatusCode::CREATED);
     let release: Value = response.json().await.unwrap();
-    assert_eq!(release["mechanism"]["calibration"], json!({"order": 2.0, "epsilon": 0.5}));
-    assert!(release["cost"]["epsilon"].as_f64().unwrap() > 0.5, "ε(λ) grows with λ, so charging at 4 costs more than 0.5");
+    assert_eq!(
+        release["mechanism"]["calibration"],
+        json!({"order": 2.0, "epsilon": 0.5})
+    );
+    assert!(
+        release["cost"]["epsilon"].as_f64().unwrap() > 0.5,
+        "ε(λ) grows with λ, so charging at 4 costs more than 0.5"
+    );
 
     // Outside the curve's validity at the ledger order: refused, nothing charged.
     let before = app.budget(&id).await;
-    let response = app.post(&path, ADMIN_TOKEN, &json!({"counts": counts, "mechanism": "explicit", "r": 1.0, "alpha": 0.5})).await;
+    let response = app
+        .post(
+            &path,
+            ADMIN_TOKEN,
+            &json!({"counts": counts, "mechanism": "explicit", "r": 1.0, "alpha": 0.5}),
+        )
+        .await;
     assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "no-guarantee").await;
     let response = app
         .post(&path, ADMIN_TOKEN, &json!({"counts": counts, "mechanism": "explicit", "r": 0.1, "alpha": 5.0, "epsilon": 1e-6}))
         .await;
-    assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "cost-exceeds-epsilon").await;
+    assert_problem(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "cost-exceeds-epsilon",
+    )
+    .await;
     assert_eq!(app.budget(&id).await, before);
 }
 
 async fn dp_target_datasets_report_both_views(backend: Backend) {
     let app = spawn_app(backend).await;
-    let response = app.post("/v1/datasets", ADMIN_TOKEN, &json!({"name": "survey", "budget": {"epsilon": 1.0, "delta": 1e-6}})).await;
+    let response = app
+        .post(
+            "/v1/datasets",
+            ADMIN_TOKEN,
+            &json!({"name": "survey", "budget": {"epsilon": 1.0, "delta": 1e-6}}),
+        )
+        .await;
     assert_eq!(response.status(), StatusCode::CREATED);
     let dataset: Value = response.json().await.unwrap();
     let order = dataset["budget"]["order"].as_f64().unwrap();
@@ -169,26 +281,44 @@ async fn dp_target_datasets_report_both_views(backend: Backend) {
     assert_eq!(budget["total"].as_f64().unwrap(), rdp);
     assert_eq!(budget["dp"]["delta"], 1e-6);
     let total_eps = budget["dp"]["total_epsilon"].as_f64().unwrap();
-    assert!(total_eps <= 1.0 && total_eps > 0.99, "the budget converts back to at most the target: {total_eps}");
+    assert!(
+        total_eps <= 1.0 && total_eps > 0.99,
+        "the budget converts back to at most the target: {total_eps}"
+    );
     assert_eq!(budget["dp"]["spent_epsilon"], 0.0);
 
     // An explicit order that leaves no budget is refused.
     let response = app
-        .post("/v1/datasets", ADMIN_TOKEN, &json!({"name": "x", "budget": {"epsilon": 0.01, "delta": 1e-9, "order": 1.01}}))
+        .post(
+            "/v1/datasets",
+            ADMIN_TOKEN,
+            &json!({"name": "x", "budget": {"epsilon": 0.01, "delta": 1e-9, "order": 1.01}}),
+        )
         .await;
-    assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+    assert_problem(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
     // Declared sensitivities are echoed.
     let response = app
         .post("/v1/datasets", ADMIN_TOKEN, &json!({"name": "x", "budget": {"order": 3, "epsilon": 1}, "sensitivity": {"l2_squared": 8, "linf": 2}}))
         .await;
     let dataset: Value = response.json().await.unwrap();
     assert_eq!(dataset["neighbouring"], "custom");
-    assert_eq!(dataset["sensitivity"], json!({"l2_squared": 8.0, "linf": 2.0}));
+    assert_eq!(
+        dataset["sensitivity"],
+        json!({"l2_squared": 8.0, "linf": 2.0})
+    );
     let response = app
         .post("/v1/datasets", ADMIN_TOKEN, &json!({"name": "x", "budget": {"order": 3, "epsilon": 1}, "neighbouring": "add_remove_one"}))
         .await;
     let dataset: Value = response.json().await.unwrap();
-    assert_eq!(dataset["sensitivity"], json!({"l2_squared": 1.0, "linf": 1.0}));
+    assert_eq!(
+        dataset["sensitivity"],
+        json!({"l2_squared": 1.0, "linf": 1.0})
+    );
 }
 
 async fn invalid_requests_are_refused_and_charge_nothing(backend: Backend) {
@@ -225,20 +355,76 @@ async fn invalid_requests_are_refused_and_charge_nothing(backend: Backend) {
     ];
     for body in &unprocessable {
         let response = app.post(&path, ADMIN_TOKEN, body).await;
-        assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+        assert_problem(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
     }
     let send_raw = |body: &'static str, content_type: &'static str| {
-        app.client.post(app.url(&path)).bearer_auth(ADMIN_TOKEN).header("content-type", content_type).body(body).send()
+        app.client
+            .post(app.url(&path))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
     };
-    assert_problem(send_raw("{\"counts\": [1, 2", "application/json").await.unwrap(), StatusCode::BAD_REQUEST, "malformed-request").await;
-    assert_problem(send_raw("{\"counts\": [NaN, 2], \"epsilon\": 1}", "application/json").await.unwrap(), StatusCode::BAD_REQUEST, "malformed-request").await;
-    assert_problem(send_raw("{\"counts\": [1e999, 2], \"epsilon\": 1}", "application/json").await.unwrap(), StatusCode::BAD_REQUEST, "malformed-request").await;
-    assert_problem(send_raw("counts=1,2", "text/plain").await.unwrap(), StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type").await;
+    assert_problem(
+        send_raw("{\"counts\": [1, 2", "application/json")
+            .await
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+        "malformed-request",
+    )
+    .await;
+    assert_problem(
+        send_raw("{\"counts\": [NaN, 2], \"epsilon\": 1}", "application/json")
+            .await
+            .unwrap(),
+        StatusCode::BAD_REQUEST,
+        "malformed-request",
+    )
+    .await;
+    assert_problem(
+        send_raw(
+            "{\"counts\": [1e999, 2], \"epsilon\": 1}",
+            "application/json",
+        )
+        .await
+        .unwrap(),
+        StatusCode::BAD_REQUEST,
+        "malformed-request",
+    )
+    .await;
+    assert_problem(
+        send_raw("counts=1,2", "text/plain").await.unwrap(),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported-media-type",
+    )
+    .await;
     let big = json!({"counts": vec![1.5; 2000], "epsilon": 0.1});
-    assert_problem(app.post(&path, ADMIN_TOKEN, &big).await, StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large").await;
+    assert_problem(
+        app.post(&path, ADMIN_TOKEN, &big).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload-too-large",
+    )
+    .await;
     let long_key = "k".repeat(256);
-    let response = app.post_with_key(&path, ADMIN_TOKEN, &long_key, &json!({"counts": ok, "epsilon": 0.1})).await;
-    assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+    let response = app
+        .post_with_key(
+            &path,
+            ADMIN_TOKEN,
+            &long_key,
+            &json!({"counts": ok, "epsilon": 0.1}),
+        )
+        .await;
+    assert_problem(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
     // Dataset registration.
     for budget in [
         json!({"epsilon": 1, "delta": 0}),
@@ -249,27 +435,100 @@ async fn invalid_requests_are_refused_and_charge_nothing(backend: Backend) {
         json!({"epsilon": 1, "order": 1}),
         json!({"epsilon": 1e6, "order": 2}),
     ] {
-        let response = app.post("/v1/datasets", ADMIN_TOKEN, &json!({"name": "x", "budget": budget})).await;
-        assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+        let response = app
+            .post(
+                "/v1/datasets",
+                ADMIN_TOKEN,
+                &json!({"name": "x", "budget": budget}),
+            )
+            .await;
+        assert_problem(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
     }
-    let response = app.post("/v1/datasets", ADMIN_TOKEN, &json!({"name": "", "budget": {"epsilon": 1, "order": 2}})).await;
-    assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+    let response = app
+        .post(
+            "/v1/datasets",
+            ADMIN_TOKEN,
+            &json!({"name": "", "budget": {"epsilon": 1, "order": 2}}),
+        )
+        .await;
+    assert_problem(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
     let response = app
         .post("/v1/datasets", ADMIN_TOKEN, &json!({"name": "x", "budget": {"epsilon": 1, "order": 2}, "sensitivity": {"l2_squared": 1, "linf": 2}}))
         .await;
-    assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+    assert_problem(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
     // Auth, routes, methods.
-    let response = app.client.get(app.url("/v1/datasets")).send().await.unwrap();
+    let response = app
+        .client
+        .get(app.url("/v1/datasets"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.headers()["www-authenticate"], "Bearer");
     assert_problem(response, StatusCode::UNAUTHORIZED, "unauthorized").await;
-    assert_problem(app.get("/v1/datasets", "wrong-token").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
-    assert_problem(app.get("/v1/datasets", "dra_nope_nope").await, StatusCode::UNAUTHORIZED, "unauthorized").await;
-    assert_problem(app.get("/v1/nowhere", ADMIN_TOKEN).await, StatusCode::NOT_FOUND, "not-found").await;
-    assert_problem(app.get("/v1/datasets/not-a-uuid", ADMIN_TOKEN).await, StatusCode::NOT_FOUND, "not-found").await;
-    let response = app.client.delete(app.url(&format!("/v1/datasets/{id}"))).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    assert_problem(response, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
-    assert_problem(app.get(&format!("{path}?limit=0"), ADMIN_TOKEN).await, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
-    assert_problem(app.get(&format!("{path}?limit=abc"), ADMIN_TOKEN).await, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+    assert_problem(
+        app.get("/v1/datasets", "wrong-token").await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    assert_problem(
+        app.get("/v1/datasets", "dra_nope_nope").await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    assert_problem(
+        app.get("/v1/nowhere", ADMIN_TOKEN).await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+    )
+    .await;
+    assert_problem(
+        app.get("/v1/datasets/not-a-uuid", ADMIN_TOKEN).await,
+        StatusCode::NOT_FOUND,
+        "not-found",
+    )
+    .await;
+    let response = app
+        .client
+        .delete(app.url(&format!("/v1/datasets/{id}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_problem(
+        response,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+    )
+    .await;
+    assert_problem(
+        app.get(&format!("{path}?limit=0"), ADMIN_TOKEN).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
+    assert_problem(
+        app.get(&format!("{path}?limit=abc"), ADMIN_TOKEN).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
 
     let budget = app.budget(&id).await;
     assert_eq!(budget["spent"], 0.0, "no refused request charged anything");
@@ -283,43 +542,112 @@ async fn analysts_are_confined_to_their_datasets(backend: Backend) {
     let token = app.analyst_token(&[&mine]).await;
     let body = json!({"counts": [4, 2, 9], "epsilon": 0.5});
 
-    let response = app.post(&format!("/v1/datasets/{mine}/releases"), &token, &body).await;
+    let response = app
+        .post(&format!("/v1/datasets/{mine}/releases"), &token, &body)
+        .await;
     assert_eq!(response.status(), StatusCode::CREATED);
     let release: Value = response.json().await.unwrap();
     assert_ne!(release["created_by"], "admin");
-    assert_eq!(app.post(&format!("/v1/datasets/{mine}/releases/preview"), &token, &body).await.status(), StatusCode::OK);
-    assert_eq!(app.get(&format!("/v1/datasets/{mine}/budget"), &token).await.status(), StatusCode::OK);
-    assert_eq!(app.get(&format!("/v1/datasets/{mine}"), &token).await.status(), StatusCode::OK);
-    assert_eq!(app.get(&format!("/v1/datasets/{mine}/releases"), &token).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.post(
+            &format!("/v1/datasets/{mine}/releases/preview"),
+            &token,
+            &body
+        )
+        .await
+        .status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        app.get(&format!("/v1/datasets/{mine}/budget"), &token)
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        app.get(&format!("/v1/datasets/{mine}"), &token)
+            .await
+            .status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        app.get(&format!("/v1/datasets/{mine}/releases"), &token)
+            .await
+            .status(),
+        StatusCode::OK
+    );
     let rid = release["id"].as_str().unwrap();
-    assert_eq!(app.get(&format!("/v1/datasets/{mine}/releases/{rid}"), &token).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.get(&format!("/v1/datasets/{mine}/releases/{rid}"), &token)
+            .await
+            .status(),
+        StatusCode::OK
+    );
     let listed: Value = app.get("/v1/datasets", &token).await.json().await.unwrap();
-    let ids: Vec<&str> = listed["items"].as_array().unwrap().iter().map(|d| d["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, vec![mine.as_str()]);
 
     // Every dataset endpoint on someone else's dataset: 404, indistinguishable from absence.
     for response in [
-        app.post(&format!("/v1/datasets/{other}/releases"), &token, &body).await,
-        app.post(&format!("/v1/datasets/{other}/releases/preview"), &token, &body).await,
-        app.get(&format!("/v1/datasets/{other}/budget"), &token).await,
+        app.post(&format!("/v1/datasets/{other}/releases"), &token, &body)
+            .await,
+        app.post(
+            &format!("/v1/datasets/{other}/releases/preview"),
+            &token,
+            &body,
+        )
+        .await,
+        app.get(&format!("/v1/datasets/{other}/budget"), &token)
+            .await,
         app.get(&format!("/v1/datasets/{other}"), &token).await,
-        app.get(&format!("/v1/datasets/{other}/releases"), &token).await,
-        app.get(&format!("/v1/datasets/{other}/releases/{rid}"), &token).await,
+        app.get(&format!("/v1/datasets/{other}/releases"), &token)
+            .await,
+        app.get(&format!("/v1/datasets/{other}/releases/{rid}"), &token)
+            .await,
     ] {
         assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
     }
     // Admin-only endpoints: 403.
-    let response = app.post("/v1/datasets", &token, &json!({"name": "x", "budget": {"order": 2, "epsilon": 1}})).await;
+    let response = app
+        .post(
+            "/v1/datasets",
+            &token,
+            &json!({"name": "x", "budget": {"order": 2, "epsilon": 1}}),
+        )
+        .await;
     assert_problem(response, StatusCode::FORBIDDEN, "forbidden").await;
-    let response = app.post("/v1/tokens", &token, &json!({"datasets": [mine]})).await;
+    let response = app
+        .post("/v1/tokens", &token, &json!({"datasets": [mine]}))
+        .await;
     assert_problem(response, StatusCode::FORBIDDEN, "forbidden").await;
     assert_eq!(app.budget(&other).await["spent"], 0.0);
     // A token for an unknown dataset cannot be made.
-    let response = app.post("/v1/tokens", ADMIN_TOKEN, &json!({"datasets": [uuid::Uuid::new_v4()]})).await;
-    assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+    let response = app
+        .post(
+            "/v1/tokens",
+            ADMIN_TOKEN,
+            &json!({"datasets": [uuid::Uuid::new_v4()]}),
+        )
+        .await;
+    assert_problem(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
     // A tampered secret is refused.
     let tampered = format!("{}x", &token[..token.len() - 1]);
-    assert_problem(app.get(&format!("/v1/datasets/{mine}"), &tampered).await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_problem(
+        app.get(&format!("/v1/datasets/{mine}"), &tampered).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
 }
 
 async fn idempotent_retries_return_the_stored_release(backend: Backend) {
@@ -327,20 +655,33 @@ async fn idempotent_retries_return_the_stored_release(backend: Backend) {
     let id = app.create_dataset(2.0, 1.0).await;
     let path = format!("/v1/datasets/{id}/releases");
     let body = json!({"counts": [10, 20, 30], "epsilon": 0.3});
-    let first = app.post_with_key(&path, ADMIN_TOKEN, "retry-1", &body).await;
+    let first = app
+        .post_with_key(&path, ADMIN_TOKEN, "retry-1", &body)
+        .await;
     assert_eq!(first.status(), StatusCode::CREATED);
     assert!(first.headers().get("idempotent-replayed").is_none());
     let first: Value = first.json().await.unwrap();
-    let again = app.post_with_key(&path, ADMIN_TOKEN, "retry-1", &body).await;
+    let again = app
+        .post_with_key(&path, ADMIN_TOKEN, "retry-1", &body)
+        .await;
     assert_eq!(again.status(), StatusCode::CREATED);
     assert_eq!(again.headers()["idempotent-replayed"], "true");
     let again: Value = again.json().await.unwrap();
     assert_eq!(again["id"], first["id"]);
-    assert_eq!(again["distribution"], first["distribution"], "never resampled");
+    assert_eq!(
+        again["distribution"], first["distribution"],
+        "never resampled"
+    );
     assert_eq!(app.budget(&id).await["releases"], 1);
     // Same key, different body.
     let other = json!({"counts": [10, 20, 31], "epsilon": 0.3});
-    assert_problem(app.post_with_key(&path, ADMIN_TOKEN, "retry-1", &other).await, StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused").await;
+    assert_problem(
+        app.post_with_key(&path, ADMIN_TOKEN, "retry-1", &other)
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency-key-reused",
+    )
+    .await;
     assert_eq!(app.budget(&id).await["releases"], 1);
 
     // Concurrent retries of one key: one release, one charge, everyone gets it.
@@ -348,7 +689,14 @@ async fn idempotent_retries_return_the_stored_release(backend: Backend) {
     for _ in 0..8 {
         let (client, url, body) = (app.client.clone(), app.url(&path), body.clone());
         handles.push(tokio::spawn(async move {
-            let r = client.post(url).bearer_auth(ADMIN_TOKEN).header("Idempotency-Key", "burst").json(&body).send().await.unwrap();
+            let r = client
+                .post(url)
+                .bearer_auth(ADMIN_TOKEN)
+                .header("Idempotency-Key", "burst")
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
             assert_eq!(r.status(), StatusCode::CREATED);
             r.json::<Value>().await.unwrap()
         }));
@@ -356,7 +704,10 @@ async fn idempotent_retries_return_the_stored_release(backend: Backend) {
     let mut seen = std::collections::HashSet::new();
     for h in handles {
         let v = h.await.unwrap();
-        seen.insert((v["id"].as_str().unwrap().to_string(), v["distribution"].to_string()));
+        seen.insert((
+            v["id"].as_str().unwrap().to_string(),
+            v["distribution"].to_string(),
+        ));
     }
     assert_eq!(seen.len(), 1, "all retries saw the same release");
     assert_eq!(app.budget(&id).await["releases"], 2);
@@ -374,7 +725,14 @@ async fn concurrent_releases_never_overspend(backend: Backend) {
         let (client, path) = (app.client.clone(), path.clone());
         handles.push(tokio::spawn(async move {
             let body = json!({"counts": [i, 2 * i, 7], "epsilon": 0.125});
-            client.post(path).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap().status()
+            client
+                .post(path)
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .status()
         }));
     }
     let mut created = 0;
@@ -390,30 +748,101 @@ async fn concurrent_releases_never_overspend(backend: Backend) {
     let budget = app.budget(&id).await;
     assert_eq!(budget["releases"], K);
     assert!(budget["spent"].as_f64().unwrap() <= budget["total"].as_f64().unwrap());
-    let listed: Value = app.get(&format!("/v1/datasets/{id}/releases?limit=100"), ADMIN_TOKEN).await.json().await.unwrap();
-    let costs: f64 = listed["items"].as_array().unwrap().iter().map(|r| r["cost"]["epsilon"].as_f64().unwrap()).sum();
+    let listed: Value = app
+        .get(
+            &format!("/v1/datasets/{id}/releases?limit=100"),
+            ADMIN_TOKEN,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let costs: f64 = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["cost"]["epsilon"].as_f64().unwrap())
+        .sum();
     assert_eq!(listed["items"].as_array().unwrap().len(), K);
-    assert_eq!(costs, budget["spent"].as_f64().unwrap(), "spent is exactly the sum of the stored charges");
+    assert_eq!(
+        costs,
+        budget["spent"].as_f64().unwrap(),
+        "spent is exactly the sum of the stored charges"
+    );
 }
 
 async fn operational_endpoints(backend: Backend) {
     let app: TestApp = spawn_app(backend).await;
-    let health: Value = app.client.get(app.url("/healthz")).send().await.unwrap().json().await.unwrap();
+    let health: Value = app
+        .client
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(health["status"], "ok");
-    let ready: Value = app.client.get(app.url("/readyz")).send().await.unwrap().json().await.unwrap();
-    assert_eq!(ready["database"], if backend == Backend::Sqlite { "sqlite" } else { "postgres" });
+    let ready: Value = app
+        .client
+        .get(app.url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        ready["database"],
+        if backend == Backend::Sqlite {
+            "sqlite"
+        } else {
+            "postgres"
+        }
+    );
     let id = app.create_dataset(2.0, 1.0).await;
-    let response = app.post(&format!("/v1/datasets/{id}/releases"), ADMIN_TOKEN, &json!({"counts": [1, 2], "epsilon": 0.5})).await;
+    let response = app
+        .post(
+            &format!("/v1/datasets/{id}/releases"),
+            ADMIN_TOKEN,
+            &json!({"counts": [1, 2], "epsilon": 0.5}),
+        )
+        .await;
     assert_eq!(response.status(), StatusCode::CREATED);
-    let response = app.post(&format!("/v1/datasets/{id}/releases"), ADMIN_TOKEN, &json!({"counts": [1, 2], "epsilon": 0.75})).await;
+    let response = app
+        .post(
+            &format!("/v1/datasets/{id}/releases"),
+            ADMIN_TOKEN,
+            &json!({"counts": [1, 2], "epsilon": 0.75}),
+        )
+        .await;
     assert_eq!(response.status(), StatusCode::CONFLICT);
-    let metrics = app.client.get(app.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert!(metrics.contains(&format!("dirichlet_budget_spent{{dataset=\"{id}\"}} 0.5")), "{metrics}");
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!("dirichlet_budget_spent{{dataset=\"{id}\"}} 0.5")),
+        "{metrics}"
+    );
     assert!(metrics.contains("dirichlet_releases_total{mechanism=\"dirichlet\"} 1"));
     assert!(metrics.contains("dirichlet_refusals_total{reason=\"budget-exhausted\"} 1"));
     assert!(metrics.contains("http_request_duration_seconds_bucket"));
     assert!(metrics.contains("route=\"/v1/datasets/{id}/releases\""));
-    let spec = app.client.get(app.url("/openapi.yaml")).send().await.unwrap().text().await.unwrap();
+    let spec = app
+        .client
+        .get(app.url("/openapi.yaml"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(spec.starts_with("openapi: 3.1"));
     // Request ids are propagated.
     let response = app.client.get(app.url("/healthz")).send().await.unwrap();

@@ -45,9 +45,15 @@ fn start_binary(database_url: &str, logs: &Path) -> Server {
     let deadline = Instant::now() + Duration::from_secs(60);
     let address = loop {
         let mut line = String::new();
-        assert!(Instant::now() < deadline, "the server did not announce its address");
+        assert!(
+            Instant::now() < deadline,
+            "the server did not announce its address"
+        );
         if reader.read_line(&mut line).unwrap() == 0 {
-            panic!("the server exited early: {}", std::fs::read_to_string(&stderr_path).unwrap_or_default());
+            panic!(
+                "the server exited early: {}",
+                std::fs::read_to_string(&stderr_path).unwrap_or_default()
+            );
         }
         stdout_lines.push(line.clone());
         if let Some(rest) = line.trim().strip_prefix("dirichlet-release listening on ") {
@@ -56,19 +62,31 @@ fn start_binary(database_url: &str, logs: &Path) -> Server {
     };
     // Keep draining stdout so the child never blocks on a full pipe.
     std::thread::spawn(move || for _ in reader.lines() {});
-    Server { child, address, stderr_path, stdout_lines }
+    Server {
+        child,
+        address,
+        stderr_path,
+        stdout_lines,
+    }
 }
 
 fn stop(server: &mut Server) -> std::process::ExitStatus {
     // SIGTERM: a graceful shutdown must exit 0.
-    let status = Command::new("kill").arg("-TERM").arg(server.child.id().to_string()).status().unwrap();
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(server.child.id().to_string())
+        .status()
+        .unwrap();
     assert!(status.success());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(status) = server.child.try_wait().unwrap() {
             return status;
         }
-        assert!(Instant::now() < deadline, "the server did not stop on SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "the server did not stop on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -84,17 +102,50 @@ async fn exercise(address: &str) {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::CREATED);
-    let id = response.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    let id = response.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let releases = url(&format!("/v1/datasets/{id}/releases"));
     let good = json!({"counts": [MARKER, 12, 3], "epsilon": 0.5});
-    let r = client.post(&releases).bearer_auth(ADMIN_TOKEN).header("Idempotency-Key", "k1").json(&good).send().await.unwrap();
+    let r = client
+        .post(&releases)
+        .bearer_auth(ADMIN_TOKEN)
+        .header("Idempotency-Key", "k1")
+        .json(&good)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
-    let r = client.post(&releases).bearer_auth(ADMIN_TOKEN).header("Idempotency-Key", "k1").json(&good).send().await.unwrap();
+    let r = client
+        .post(&releases)
+        .bearer_auth(ADMIN_TOKEN)
+        .header("Idempotency-Key", "k1")
+        .json(&good)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
-    let r = client.post(format!("{releases}/preview")).bearer_auth(ADMIN_TOKEN).json(&good).send().await.unwrap();
+    let r = client
+        .post(format!("{releases}/preview"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&good)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let gaussian = json!({"counts": [MARKER, 1, 1], "epsilon": 0.5, "mechanism": "gaussian"});
-    assert_eq!(client.post(&releases).bearer_auth(ADMIN_TOKEN).json(&gaussian).send().await.unwrap().status(), StatusCode::CREATED);
+    assert_eq!(
+        client
+            .post(&releases)
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&gaussian)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::CREATED
+    );
     // Failing requests that carry the marker: bad neighbour cell, a marker as a string, unknown field.
     for body in [
         json!({"counts": [MARKER, -1, 3], "epsilon": 0.5}),
@@ -102,24 +153,49 @@ async fn exercise(address: &str) {
         json!({"counts": [MARKER, 1], "epsilon": 0.5, "seed": MARKER}),
         json!({"counts": [MARKER, 1], "epsilon": 50}),
     ] {
-        let r = client.post(&releases).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap();
+        let r = client
+            .post(&releases)
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert!(r.status().is_client_error());
         let text = r.text().await.unwrap();
-        assert!(!text.contains(MARKER_TEXT), "an error echoed the marker: {text}");
+        assert!(
+            !text.contains(MARKER_TEXT),
+            "an error echoed the marker: {text}"
+        );
     }
     let raw = format!("{{\"counts\": [{MARKER_TEXT}, 1, ], \"epsilon\": 0.5}}");
-    let r = client.post(&releases).bearer_auth(ADMIN_TOKEN).header("content-type", "application/json").body(raw).send().await.unwrap();
+    let r = client
+        .post(&releases)
+        .bearer_auth(ADMIN_TOKEN)
+        .header("content-type", "application/json")
+        .body(raw)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     assert!(!r.text().await.unwrap().contains(MARKER_TEXT));
 }
 
 fn assert_clean(what: &str, bytes: &[u8]) {
     let text = String::from_utf8_lossy(bytes);
-    assert!(!text.contains(MARKER_TEXT), "{what} contains the marker count as text");
+    assert!(
+        !text.contains(MARKER_TEXT),
+        "{what} contains the marker count as text"
+    );
     let le = MARKER.to_le_bytes();
-    assert!(!bytes.windows(8).any(|w| w == le), "{what} contains the marker count as f64 bytes");
+    assert!(
+        !bytes.windows(8).any(|w| w == le),
+        "{what} contains the marker count as f64 bytes"
+    );
     let hex = hex_lower(&le);
-    assert!(!text.to_ascii_lowercase().contains(&hex), "{what} contains the marker count as hex f64 bytes");
+    assert!(
+        !text.to_ascii_lowercase().contains(&hex),
+        "{what} contains the marker count as hex f64 bytes"
+    );
 }
 
 fn hex_lower(bytes: &[u8]) -> String {
@@ -127,33 +203,57 @@ fn hex_lower(bytes: &[u8]) -> String {
 }
 
 fn pg_dump_binary() -> PathBuf {
-    if let Ok(out) = Command::new("sh").arg("-c").arg("command -v pg_dump").output() {
+    if let Ok(out) = Command::new("sh")
+        .arg("-c")
+        .arg("command -v pg_dump")
+        .output()
+    {
         let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
         if !path.is_empty() {
             return path.into();
         }
     }
     let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path().join("bin/pg_dump")).filter(|p| p.exists()).collect())
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin/pg_dump"))
+                .filter(|p| p.exists())
+                .collect()
+        })
         .unwrap_or_default();
     candidates.sort();
-    candidates.pop().expect("pg_dump is installed (Debian package postgresql-client)")
+    candidates
+        .pop()
+        .expect("pg_dump is installed (Debian package postgresql-client)")
 }
 
 async fn counts_never_reach_storage_or_logs(backend: Backend) {
     let (database_url, _dir, sqlite_path) = fresh_database(backend).await;
     let logs = tempfile::tempdir().unwrap();
     let mut server = start_binary(&database_url, logs.path());
-    exercise(&format!("http://{}", server.address.trim_start_matches("http://"))).await;
+    exercise(&format!(
+        "http://{}",
+        server.address.trim_start_matches("http://")
+    ))
+    .await;
     let status = stop(&mut server);
     assert!(status.success(), "graceful shutdown exits 0, got {status}");
 
     let stderr = std::fs::read(&server.stderr_path).unwrap();
     let log_text = String::from_utf8_lossy(&stderr);
-    assert!(log_text.contains("\"level\":\"TRACE\""), "trace logging was on");
-    assert!(log_text.contains("release committed"), "the releases were logged (without their counts)");
+    assert!(
+        log_text.contains("\"level\":\"TRACE\""),
+        "trace logging was on"
+    );
+    assert!(
+        log_text.contains("release committed"),
+        "the releases were logged (without their counts)"
+    );
     assert_clean("the logs", &stderr);
-    assert_clean("the standard output", server.stdout_lines.concat().as_bytes());
+    assert_clean(
+        "the standard output",
+        server.stdout_lines.concat().as_bytes(),
+    );
 
     match backend {
         Backend::Sqlite => {
@@ -167,9 +267,20 @@ async fn counts_never_reach_storage_or_logs(backend: Backend) {
             assert!(std::fs::metadata(&path).unwrap().len() > 0);
         }
         Backend::Postgres => {
-            let out = Command::new(pg_dump_binary()).arg("--dbname").arg(&database_url).output().expect("pg_dump runs");
-            assert!(out.status.success(), "pg_dump failed: {}", String::from_utf8_lossy(&out.stderr));
-            assert!(String::from_utf8_lossy(&out.stdout).contains("releases"), "the dump has the releases table");
+            let out = Command::new(pg_dump_binary())
+                .arg("--dbname")
+                .arg(&database_url)
+                .output()
+                .expect("pg_dump runs");
+            assert!(
+                out.status.success(),
+                "pg_dump failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                String::from_utf8_lossy(&out.stdout).contains("releases"),
+                "the dump has the releases table"
+            );
             assert_clean("the PostgreSQL dump", &out.stdout);
         }
     }

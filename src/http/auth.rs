@@ -22,7 +22,10 @@ pub const ANALYST_PREFIX: &str = "dra_";
 #[derive(Debug, Clone, PartialEq)]
 pub enum Caller {
     Admin,
-    Analyst { token_id: String, datasets: Vec<Uuid> },
+    Analyst {
+        token_id: String,
+        datasets: Vec<Uuid>,
+    },
 }
 
 impl Caller {
@@ -66,7 +69,9 @@ pub fn sha256(bytes: &[u8]) -> [u8; 32] {
 /// 32 random bytes from the OS generator.
 pub fn random_bytes() -> [u8; 32] {
     let mut bytes = [0u8; 32];
-    rand::rngs::SysRng.try_fill_bytes(&mut bytes).expect("the operating system's random source failed");
+    rand::rngs::SysRng
+        .try_fill_bytes(&mut bytes)
+        .expect("the operating system's random source failed");
     bytes
 }
 
@@ -90,26 +95,39 @@ pub fn generate_analyst_token() -> (String, String, [u8; 32]) {
 fn bearer(parts: &Parts) -> Option<&str> {
     let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then_some(token.trim()).filter(|t| !t.is_empty())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         let token = bearer(parts).ok_or(ApiError::Unauthorized)?;
         if let Some(rest) = token.strip_prefix(ANALYST_PREFIX) {
             let (id, secret) = rest.split_once('_').ok_or(ApiError::Unauthorized)?;
             if id.is_empty() || id.len() > 64 {
                 return Err(ApiError::Unauthorized);
             }
-            let record = state.store.find_token(id).await?.ok_or(ApiError::Unauthorized)?;
+            let record = state
+                .store
+                .find_token(id)
+                .await?
+                .ok_or(ApiError::Unauthorized)?;
             let presented = sha256(secret.as_bytes());
             if !bool::from(presented.ct_eq(&record.secret_hash)) {
                 return Err(ApiError::Unauthorized);
             }
             return match record.role {
-                Role::Analyst => Ok(Caller::Analyst { token_id: record.id, datasets: record.datasets }),
+                Role::Analyst => Ok(Caller::Analyst {
+                    token_id: record.id,
+                    datasets: record.datasets,
+                }),
                 Role::Admin => Ok(Caller::Admin),
             };
         }

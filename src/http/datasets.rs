@@ -73,31 +73,44 @@ fn units_error(field: &str, e: UnitsError) -> ApiError {
 fn parse(req: CreateDataset, created_by: String) -> Result<NewDataset, ApiError> {
     let name = req.name.trim().to_string();
     if name.is_empty() || name.chars().count() > 200 {
-        return Err(ApiError::invalid_field("name", "name must have 1 to 200 characters"));
+        return Err(ApiError::invalid_field(
+            "name",
+            "name must have 1 to 200 characters",
+        ));
     }
     if name.chars().any(char::is_control) {
-        return Err(ApiError::invalid_field("name", "name must not contain control characters"));
+        return Err(ApiError::invalid_field(
+            "name",
+            "name must not contain control characters",
+        ));
     }
     let (sensitivity, neighbouring) = match (req.sensitivity, req.neighbouring) {
         (Some(_), Some(_)) => {
-            return Err(ApiError::invalid("give either sensitivity or neighbouring, not both"));
+            return Err(ApiError::invalid(
+                "give either sensitivity or neighbouring, not both",
+            ));
         }
         (Some(s), None) => (
             Sensitivity::new(s.l2_squared, s.linf).map_err(|e| param_error("sensitivity", e))?,
             "custom",
         ),
         (None, Some(Neighbouring::AddRemoveOne)) => (Sensitivity::ADD_REMOVE_ONE, "add_remove_one"),
-        (None, Some(Neighbouring::ReplaceOne)) | (None, None) => (Sensitivity::REPLACE_ONE, "replace_one"),
+        (None, Some(Neighbouring::ReplaceOne)) | (None, None) => {
+            (Sensitivity::REPLACE_ONE, "replace_one")
+        }
     };
     let epsilon = Epsilon::new(req.budget.epsilon).map_err(|e| param_error("budget.epsilon", e))?;
     let (order, total, dp_target) = match req.budget.delta {
         None => {
-            let order = req
-                .budget
-                .order
-                .ok_or_else(|| ApiError::invalid_field("budget.order", "an RDP budget needs an order (or give delta for an (epsilon, delta) target)"))?;
+            let order = req.budget.order.ok_or_else(|| {
+                ApiError::invalid_field(
+                    "budget.order",
+                    "an RDP budget needs an order (or give delta for an (epsilon, delta) target)",
+                )
+            })?;
             let order = Order::new(order).map_err(|e| param_error("budget.order", e))?;
-            let total = Units::floor(epsilon.get()).map_err(|e| units_error("budget.epsilon", e))?;
+            let total =
+                Units::floor(epsilon.get()).map_err(|e| units_error("budget.epsilon", e))?;
             (order, total, None)
         }
         Some(delta) => {
@@ -106,13 +119,24 @@ fn parse(req: CreateDataset, created_by: String) -> Result<NewDataset, ApiError>
                 Some(o) => Order::new(o).map_err(|e| param_error("budget.order", e))?,
                 None => default_order(epsilon, delta),
             };
-            let rdp = dp_to_rdp_budget(epsilon, delta, order).map_err(|e| ApiError::invalid_field("budget.order", e.to_string()))?;
+            let rdp = dp_to_rdp_budget(epsilon, delta, order)
+                .map_err(|e| ApiError::invalid_field("budget.order", e.to_string()))?;
             let total = Units::floor(rdp.get()).map_err(|e| units_error("budget.epsilon", e))?;
-            (order, total, Some(DpTarget { epsilon: epsilon.get(), delta: delta.get() }))
+            (
+                order,
+                total,
+                Some(DpTarget {
+                    epsilon: epsilon.get(),
+                    delta: delta.get(),
+                }),
+            )
         }
     };
     if total == Units::ZERO {
-        return Err(ApiError::invalid_field("budget.epsilon", "the budget rounds to zero on the ledger grid"));
+        return Err(ApiError::invalid_field(
+            "budget.epsilon",
+            "the budget rounds to zero on the ledger grid",
+        ));
     }
     Ok(NewDataset {
         id: Uuid::now_v7(),
@@ -126,16 +150,28 @@ fn parse(req: CreateDataset, created_by: String) -> Result<NewDataset, ApiError>
     })
 }
 
-async fn create(State(state): State<AppState>, caller: Caller, ApiJson(req): ApiJson<CreateDataset>) -> Result<Response, ApiError> {
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<CreateDataset>,
+) -> Result<Response, ApiError> {
     caller.require_admin()?;
     let new = parse(req, caller.name())?;
     let dataset = state.store.create_dataset(&new).await?;
     tracing::info!(dataset = %dataset.id, order = dataset.order.get(), total = dataset.total.to_f64(), "dataset registered");
     let location = format!("/v1/datasets/{}", dataset.id);
-    Ok((StatusCode::CREATED, [(header::LOCATION, location)], Json(DatasetView::from(&dataset))).into_response())
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(DatasetView::from(&dataset)),
+    )
+        .into_response())
 }
 
-async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<serde_json::Value>, ApiError> {
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<serde_json::Value>, ApiError> {
     let datasets = match &caller {
         Caller::Admin => state.store.list_datasets(None).await?,
         Caller::Analyst { datasets, .. } => state.store.list_datasets(Some(datasets)).await?,
@@ -144,14 +180,30 @@ async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<serd
     Ok(Json(json!({ "items": items })))
 }
 
-async fn show(State(state): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> Result<Json<DatasetView>, ApiError> {
+async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<DatasetView>, ApiError> {
     caller.require_dataset(id)?;
-    let dataset = state.store.get_dataset(id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
+    let dataset = state
+        .store
+        .get_dataset(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("dataset"))?;
     Ok(Json(DatasetView::from(&dataset)))
 }
 
-async fn budget(State(state): State<AppState>, caller: Caller, ApiPath(id): ApiPath<Uuid>) -> Result<Json<BudgetView>, ApiError> {
+async fn budget(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+) -> Result<Json<BudgetView>, ApiError> {
     caller.require_dataset(id)?;
-    let dataset = state.store.get_dataset(id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
+    let dataset = state
+        .store
+        .get_dataset(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("dataset"))?;
     Ok(Json(BudgetView::from(&dataset.budget())))
 }

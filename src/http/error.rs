@@ -17,7 +17,10 @@ pub enum ApiError {
     #[error("{0}")]
     Malformed(String),
     #[error("{detail}")]
-    Invalid { detail: String, field: Option<String> },
+    Invalid {
+        detail: String,
+        field: Option<String>,
+    },
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("the request body is larger than the configured limit")]
@@ -50,10 +53,16 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn invalid(detail: impl Into<String>) -> Self {
-        ApiError::Invalid { detail: detail.into(), field: None }
+        ApiError::Invalid {
+            detail: detail.into(),
+            field: None,
+        }
     }
     pub fn invalid_field(field: &str, detail: impl Into<String>) -> Self {
-        ApiError::Invalid { detail: detail.into(), field: Some(field.to_string()) }
+        ApiError::Invalid {
+            detail: detail.into(),
+            field: Some(field.to_string()),
+        }
     }
     pub fn not_found(what: &str) -> Self {
         ApiError::NotFound(format!("no such {what}"))
@@ -63,22 +72,74 @@ impl ApiError {
     pub fn kind(&self) -> (StatusCode, &'static str, &'static str) {
         use ApiError::*;
         match self {
-            Malformed(_) => (StatusCode::BAD_REQUEST, "malformed-request", "Malformed request"),
-            Invalid { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid-request", "Invalid request"),
-            UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type"),
-            PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large"),
+            Malformed(_) => (
+                StatusCode::BAD_REQUEST,
+                "malformed-request",
+                "Malformed request",
+            ),
+            Invalid { .. } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-request",
+                "Invalid request",
+            ),
+            UnsupportedMediaType(_) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported-media-type",
+                "Unsupported media type",
+            ),
+            PayloadTooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload-too-large",
+                "Payload too large",
+            ),
             Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
             Forbidden => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
             NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
-            MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed"),
-            BudgetExhausted { .. } => (StatusCode::CONFLICT, "budget-exhausted", "Privacy budget exhausted"),
-            IdempotencyKeyReused => (StatusCode::UNPROCESSABLE_ENTITY, "idempotency-key-reused", "Idempotency key reused"),
-            CalibrationInfeasible(_) => (StatusCode::UNPROCESSABLE_ENTITY, "calibration-infeasible", "Calibration infeasible"),
-            NoGuarantee(_) => (StatusCode::UNPROCESSABLE_ENTITY, "no-guarantee", "No privacy guarantee at the ledger order"),
-            CostExceedsEpsilon(_) => (StatusCode::UNPROCESSABLE_ENTITY, "cost-exceeds-epsilon", "Cost exceeds the given epsilon"),
-            Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "service-unavailable", "Service unavailable"),
-            Timeout => (StatusCode::SERVICE_UNAVAILABLE, "timeout", "Request timed out"),
-            Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", "Internal server error"),
+            MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+            ),
+            BudgetExhausted { .. } => (
+                StatusCode::CONFLICT,
+                "budget-exhausted",
+                "Privacy budget exhausted",
+            ),
+            IdempotencyKeyReused => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency-key-reused",
+                "Idempotency key reused",
+            ),
+            CalibrationInfeasible(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "calibration-infeasible",
+                "Calibration infeasible",
+            ),
+            NoGuarantee(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "no-guarantee",
+                "No privacy guarantee at the ledger order",
+            ),
+            CostExceedsEpsilon(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "cost-exceeds-epsilon",
+                "Cost exceeds the given epsilon",
+            ),
+            Unavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service-unavailable",
+                "Service unavailable",
+            ),
+            Timeout => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "timeout",
+                "Request timed out",
+            ),
+            Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal server error",
+            ),
         }
     }
 }
@@ -104,7 +165,9 @@ pub fn problem_response(error: &ApiError) -> Response {
             tracing::error!(error = %message, "internal error");
             "the server could not complete the request".to_string()
         }
-        ApiError::Invalid { field: Some(field), .. } => {
+        ApiError::Invalid {
+            field: Some(field), ..
+        } => {
             extensions.insert("field".into(), json!(field));
             error.to_string()
         }
@@ -114,11 +177,21 @@ pub fn problem_response(error: &ApiError) -> Response {
         }
         _ => error.to_string(),
     };
-    let body = Problem { type_: format!("/problems/{slug}"), title, status: status.as_u16(), detail, extensions };
+    let body = Problem {
+        type_: format!("/problems/{slug}"),
+        title,
+        status: status.as_u16(),
+        detail,
+        extensions,
+    };
     let mut response = (status, axum::Json(body)).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
     if status == StatusCode::UNAUTHORIZED {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     response
 }

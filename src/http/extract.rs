@@ -29,9 +29,13 @@ where
             .and_then(|v| v.parse::<mime_lite::Mime>().ok())
             .is_some_and(|m| m.is_json());
         if !is_json {
-            return Err(ApiError::UnsupportedMediaType("expected a body with Content-Type: application/json".into()));
+            return Err(ApiError::UnsupportedMediaType(
+                "expected a body with Content-Type: application/json".into(),
+            ));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(bytes_rejection)?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(bytes_rejection)?;
         parse_json(&bytes).map(ApiJson)
     }
 }
@@ -43,13 +47,18 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
         let path = err.path().to_string();
         let inner = err.into_inner();
         match inner.classify() {
-            serde_json::error::Category::Syntax | serde_json::error::Category::Eof | serde_json::error::Category::Io => {
+            serde_json::error::Category::Syntax
+            | serde_json::error::Category::Eof
+            | serde_json::error::Category::Io => {
                 // Syntax messages carry a position, never a value.
                 ApiError::Malformed(format!("the body is not valid JSON: {inner}"))
             }
             serde_json::error::Category::Data => {
                 if path.starts_with("counts") {
-                    ApiError::invalid_field("counts", format!("{path} must be a finite number >= 0"))
+                    ApiError::invalid_field(
+                        "counts",
+                        format!("{path} must be a finite number >= 0"),
+                    )
                 } else if path == "." {
                     ApiError::invalid(data_reason(&inner))
                 } else {
@@ -58,7 +67,8 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             }
         }
     })?;
-    de.end().map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))?;
+    de.end()
+        .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))?;
     Ok(value)
 }
 
@@ -93,7 +103,9 @@ where
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| ApiPath(p.0))
-            .map_err(|e: PathRejection| ApiError::NotFound(format!("no such resource ({})", e.body_text())))
+            .map_err(|e: PathRejection| {
+                ApiError::NotFound(format!("no such resource ({})", e.body_text()))
+            })
     }
 }
 
@@ -122,7 +134,12 @@ mod mime_lite {
     impl std::str::FromStr for Mime {
         type Err = ();
         fn from_str(s: &str) -> Result<Self, ()> {
-            let essence = s.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+            let essence = s
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
             if essence.is_empty() {
                 Err(())
             } else {
@@ -132,7 +149,8 @@ mod mime_lite {
     }
     impl Mime {
         pub fn is_json(&self) -> bool {
-            self.0 == "application/json" || (self.0.starts_with("application/") && self.0.ends_with("+json"))
+            self.0 == "application/json"
+                || (self.0.starts_with("application/") && self.0.ends_with("+json"))
         }
     }
 }
@@ -164,8 +182,14 @@ mod tests {
 
     #[test]
     fn syntax_errors_are_400_and_unknown_fields_422() {
-        assert!(matches!(parse_json::<Body>(b"{\"counts\": [1,"), Err(ApiError::Malformed(_))));
-        assert!(matches!(parse_json::<Body>(br#"{"counts": [1]} trailing"#), Err(ApiError::Malformed(_))));
+        assert!(matches!(
+            parse_json::<Body>(b"{\"counts\": [1,"),
+            Err(ApiError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_json::<Body>(br#"{"counts": [1]} trailing"#),
+            Err(ApiError::Malformed(_))
+        ));
         let err = parse_json::<Body>(br#"{"counts": [1, 2], "seed": 7}"#).unwrap_err();
         assert!(detail(err).contains("unknown field `seed`"));
     }

@@ -1,7 +1,10 @@
 //! Prometheus metrics. Request counters and latencies are per replica; ledger figures are read
 //! from the database at scrape time, so every replica reports the same shared ledger.
 
-use prometheus::{Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
 
 use super::error::ApiError;
 use crate::ledger::LedgerSummary;
@@ -22,19 +25,67 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
-        let requests = IntCounterVec::new(Opts::new("http_requests_total", "HTTP requests by route and status"), &["method", "route", "status"]).unwrap();
+        let requests = IntCounterVec::new(
+            Opts::new("http_requests_total", "HTTP requests by route and status"),
+            &["method", "route", "status"],
+        )
+        .unwrap();
         let latency = HistogramVec::new(
-            HistogramOpts::new("http_request_duration_seconds", "HTTP request latency by route")
-                .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]),
+            HistogramOpts::new(
+                "http_request_duration_seconds",
+                "HTTP request latency by route",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
             &["method", "route"],
         )
         .unwrap();
-        let releases = IntCounterVec::new(Opts::new("dirichlet_releases_total", "Releases committed by this replica, by mechanism"), &["mechanism"]).unwrap();
-        let refusals = IntCounterVec::new(Opts::new("dirichlet_refusals_total", "Release requests refused, by problem type"), &["reason"]).unwrap();
-        let replays = IntCounter::new("dirichlet_idempotent_replays_total", "Releases answered from storage for a retried Idempotency-Key").unwrap();
-        let spent = GaugeVec::new(Opts::new("dirichlet_budget_spent", "RDP budget spent per dataset (at its ledger order)"), &["dataset"]).unwrap();
-        let total = GaugeVec::new(Opts::new("dirichlet_budget_total", "RDP budget per dataset (at its ledger order)"), &["dataset"]).unwrap();
-        let release_count = IntGaugeVec::new(Opts::new("dirichlet_dataset_releases", "Releases recorded per dataset"), &["dataset"]).unwrap();
+        let releases = IntCounterVec::new(
+            Opts::new(
+                "dirichlet_releases_total",
+                "Releases committed by this replica, by mechanism",
+            ),
+            &["mechanism"],
+        )
+        .unwrap();
+        let refusals = IntCounterVec::new(
+            Opts::new(
+                "dirichlet_refusals_total",
+                "Release requests refused, by problem type",
+            ),
+            &["reason"],
+        )
+        .unwrap();
+        let replays = IntCounter::new(
+            "dirichlet_idempotent_replays_total",
+            "Releases answered from storage for a retried Idempotency-Key",
+        )
+        .unwrap();
+        let spent = GaugeVec::new(
+            Opts::new(
+                "dirichlet_budget_spent",
+                "RDP budget spent per dataset (at its ledger order)",
+            ),
+            &["dataset"],
+        )
+        .unwrap();
+        let total = GaugeVec::new(
+            Opts::new(
+                "dirichlet_budget_total",
+                "RDP budget per dataset (at its ledger order)",
+            ),
+            &["dataset"],
+        )
+        .unwrap();
+        let release_count = IntGaugeVec::new(
+            Opts::new(
+                "dirichlet_dataset_releases",
+                "Releases recorded per dataset",
+            ),
+            &["dataset"],
+        )
+        .unwrap();
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(latency.clone()),
@@ -47,7 +98,17 @@ impl Metrics {
         ] {
             registry.register(c).expect("metric names are unique");
         }
-        Metrics { registry, requests, latency, releases, refusals, replays, spent, total, release_count }
+        Metrics {
+            registry,
+            requests,
+            latency,
+            releases,
+            refusals,
+            replays,
+            spent,
+            total,
+            release_count,
+        }
     }
 
     pub fn release(&self, mechanism: &str) {
@@ -70,7 +131,9 @@ impl Metrics {
             self.release_count.with_label_values(&[&id]).set(s.releases);
         }
         let mut out = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding cannot fail");
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding cannot fail");
         String::from_utf8(out).unwrap_or_default()
     }
 }

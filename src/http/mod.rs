@@ -81,13 +81,30 @@ async fn timeout(State(state): State<AppState>, req: Request, next: Next) -> Res
 async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = req.method().to_string();
-    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "unmatched".into());
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".into());
     let mut response = next.run(req).await;
     let status = response.status();
-    if status == StatusCode::SERVICE_UNAVAILABLE && !response.headers().contains_key(header::RETRY_AFTER) {
-        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(state.settings.retry_after_secs));
+    if status == StatusCode::SERVICE_UNAVAILABLE
+        && !response.headers().contains_key(header::RETRY_AFTER)
+    {
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(state.settings.retry_after_secs),
+        );
     }
-    state.metrics.requests.with_label_values(&[&method, &route, status.as_str()]).inc();
-    state.metrics.latency.with_label_values(&[&method, &route]).observe(started.elapsed().as_secs_f64());
+    state
+        .metrics
+        .requests
+        .with_label_values(&[&method, &route, status.as_str()])
+        .inc();
+    state
+        .metrics
+        .latency
+        .with_label_values(&[&method, &route])
+        .observe(started.elapsed().as_secs_f64());
     response
 }

@@ -23,7 +23,10 @@ mod tests {
     #[test]
     fn absent_is_none_null_is_an_error() {
         assert_eq!(serde_json::from_str::<Body>("{}").unwrap().x, None);
-        assert_eq!(serde_json::from_str::<Body>(r#"{"x": 2}"#).unwrap().x, Some(2.0));
+        assert_eq!(
+            serde_json::from_str::<Body>(r#"{"x": 2}"#).unwrap().x,
+            Some(2.0)
+        );
         assert!(serde_json::from_str::<Body>(r#"{"x": null}"#).is_err());
     }
 }

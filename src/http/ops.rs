@@ -27,12 +27,20 @@ async fn healthz() -> Json<Value> {
 
 async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     state.store.ping().await?;
-    Ok(Json(json!({"status": "ready", "database": state.store.backend()})))
+    Ok(Json(
+        json!({"status": "ready", "database": state.store.backend()}),
+    ))
 }
 
 async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
     let ledger = state.store.ledger_summaries().await?;
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render(&ledger)))
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(&ledger),
+    ))
 }
 
 async fn openapi() -> impl IntoResponse {

@@ -94,7 +94,10 @@ pub struct ReleaseRequest {
 
 fn positive(field: &'static str, v: f64) -> Result<f64, ApiError> {
     if !v.is_finite() || v <= 0.0 {
-        return Err(ApiError::invalid_field(field, format!("{field} must be a finite number greater than 0")));
+        return Err(ApiError::invalid_field(
+            field,
+            format!("{field} must be a finite number greater than 0"),
+        ));
     }
     Ok(v)
 }
@@ -102,7 +105,10 @@ fn positive(field: &'static str, v: f64) -> Result<f64, ApiError> {
 fn forbid(kind: Kind, present: &[(&str, bool)]) -> Result<(), ApiError> {
     for (name, is_present) in present {
         if *is_present {
-            return Err(ApiError::invalid_field(name, format!("{name} does not apply to the {} mechanism", kind_name(kind))));
+            return Err(ApiError::invalid_field(
+                name,
+                format!("{name} does not apply to the {} mechanism", kind_name(kind)),
+            ));
         }
     }
     Ok(())
@@ -129,61 +135,153 @@ fn prior_of(alpha: &AlphaRequest) -> Result<Prior, ApiError> {
 
 /// Parse the mechanism part of a request against the dataset's ledger order.
 fn parse_spec(req: &ReleaseRequest, ledger_order: Order) -> Result<Spec, ApiError> {
-    let epsilon = req.epsilon.map(|e| Epsilon::new(e).map_err(|err| param_error("epsilon", err))).transpose()?;
+    let epsilon = req
+        .epsilon
+        .map(|e| Epsilon::new(e).map_err(|err| param_error("epsilon", err)))
+        .transpose()?;
     let order = match req.order {
         Some(o) => Order::new(o).map_err(|e| param_error("order", e))?,
         None => ledger_order,
     };
     if req.order.is_some() && epsilon.is_none() {
-        return Err(ApiError::invalid_field("order", "order applies only together with epsilon (the calibration target)"));
+        return Err(ApiError::invalid_field(
+            "order",
+            "order applies only together with epsilon (the calibration target)",
+        ));
     }
     let target = || {
         epsilon
             .map(|epsilon| Target { epsilon, order })
-            .ok_or_else(|| ApiError::invalid_field("epsilon", format!("the {} mechanism needs epsilon", kind_name(req.mechanism))))
+            .ok_or_else(|| {
+                ApiError::invalid_field(
+                    "epsilon",
+                    format!("the {} mechanism needs epsilon", kind_name(req.mechanism)),
+                )
+            })
     };
     let kind = req.mechanism;
     let has = |o: &Option<f64>| o.is_some();
     Ok(match kind {
         Kind::Dirichlet => {
-            forbid(kind, &[("r", has(&req.r)), ("alpha", req.alpha.is_some()), ("sigma", has(&req.sigma)), ("scale", has(&req.scale))])?;
-            let prior = req.prior.map(|p| positive("prior", p)).transpose()?.unwrap_or(DEFAULT_PRIOR);
-            Spec::Dirichlet { target: target()?, prior }
+            forbid(
+                kind,
+                &[
+                    ("r", has(&req.r)),
+                    ("alpha", req.alpha.is_some()),
+                    ("sigma", has(&req.sigma)),
+                    ("scale", has(&req.scale)),
+                ],
+            )?;
+            let prior = req
+                .prior
+                .map(|p| positive("prior", p))
+                .transpose()?
+                .unwrap_or(DEFAULT_PRIOR);
+            Spec::Dirichlet {
+                target: target()?,
+                prior,
+            }
         }
         Kind::Posterior => {
-            forbid(kind, &[("prior", has(&req.prior)), ("alpha", req.alpha.is_some()), ("sigma", has(&req.sigma)), ("scale", has(&req.scale))])?;
-            let r = req.r.map(|r| positive("r", r)).transpose()?.unwrap_or(DEFAULT_R);
-            Spec::Posterior { target: target()?, r }
+            forbid(
+                kind,
+                &[
+                    ("prior", has(&req.prior)),
+                    ("alpha", req.alpha.is_some()),
+                    ("sigma", has(&req.sigma)),
+                    ("scale", has(&req.scale)),
+                ],
+            )?;
+            let r = req
+                .r
+                .map(|r| positive("r", r))
+                .transpose()?
+                .unwrap_or(DEFAULT_R);
+            Spec::Posterior {
+                target: target()?,
+                r,
+            }
         }
         Kind::Diffuse => {
-            forbid(kind, &[("prior", has(&req.prior)), ("r", has(&req.r)), ("sigma", has(&req.sigma)), ("scale", has(&req.scale))])?;
-            let alpha = req.alpha.as_ref().ok_or_else(|| ApiError::invalid_field("alpha", "the diffuse mechanism needs alpha"))?;
-            Spec::Diffuse { target: target()?, alpha: prior_of(alpha)? }
+            forbid(
+                kind,
+                &[
+                    ("prior", has(&req.prior)),
+                    ("r", has(&req.r)),
+                    ("sigma", has(&req.sigma)),
+                    ("scale", has(&req.scale)),
+                ],
+            )?;
+            let alpha = req.alpha.as_ref().ok_or_else(|| {
+                ApiError::invalid_field("alpha", "the diffuse mechanism needs alpha")
+            })?;
+            Spec::Diffuse {
+                target: target()?,
+                alpha: prior_of(alpha)?,
+            }
         }
         Kind::Explicit => {
-            forbid(kind, &[("prior", has(&req.prior)), ("sigma", has(&req.sigma)), ("scale", has(&req.scale))])?;
-            let r = positive("r", req.r.ok_or_else(|| ApiError::invalid_field("r", "the explicit mechanism needs r"))?)?;
-            let alpha = req.alpha.as_ref().ok_or_else(|| ApiError::invalid_field("alpha", "the explicit mechanism needs alpha"))?;
+            forbid(
+                kind,
+                &[
+                    ("prior", has(&req.prior)),
+                    ("sigma", has(&req.sigma)),
+                    ("scale", has(&req.scale)),
+                ],
+            )?;
+            let r = positive(
+                "r",
+                req.r.ok_or_else(|| {
+                    ApiError::invalid_field("r", "the explicit mechanism needs r")
+                })?,
+            )?;
+            let alpha = req.alpha.as_ref().ok_or_else(|| {
+                ApiError::invalid_field("alpha", "the explicit mechanism needs alpha")
+            })?;
             if req.order.is_some() {
-                return Err(ApiError::invalid_field("order", "the explicit mechanism is priced at the ledger order; order does not apply"));
+                return Err(ApiError::invalid_field(
+                    "order",
+                    "the explicit mechanism is priced at the ledger order; order does not apply",
+                ));
             }
-            Spec::Explicit { r, alpha: prior_of(alpha)?, cap: epsilon }
+            Spec::Explicit {
+                r,
+                alpha: prior_of(alpha)?,
+                cap: epsilon,
+            }
         }
         Kind::Gaussian | Kind::Laplace => {
             let (own, own_name, other, other_name) = match kind {
                 Kind::Gaussian => (req.sigma, "sigma", req.scale, "scale"),
                 _ => (req.scale, "scale", req.sigma, "sigma"),
             };
-            forbid(kind, &[("prior", has(&req.prior)), ("r", has(&req.r)), ("alpha", req.alpha.is_some()), (other_name, other.is_some())])?;
+            forbid(
+                kind,
+                &[
+                    ("prior", has(&req.prior)),
+                    ("r", has(&req.r)),
+                    ("alpha", req.alpha.is_some()),
+                    (other_name, other.is_some()),
+                ],
+            )?;
             let noise = match own {
                 Some(v) => {
                     if req.order.is_some() {
                         return Err(ApiError::invalid_field("order", format!("with {own_name} given, the mechanism is priced at the ledger order; order does not apply")));
                     }
-                    Noise::Given { value: positive(own_name, v)?, cap: epsilon }
+                    Noise::Given {
+                        value: positive(own_name, v)?,
+                        cap: epsilon,
+                    }
                 }
                 None => Noise::Calibrated(target().map_err(|_| {
-                    ApiError::invalid_field("epsilon", format!("the {} mechanism needs {own_name} or epsilon", kind_name(kind)))
+                    ApiError::invalid_field(
+                        "epsilon",
+                        format!(
+                            "the {} mechanism needs {own_name} or epsilon",
+                            kind_name(kind)
+                        ),
+                    )
                 })?),
             };
             if kind == Kind::Gaussian {
@@ -206,7 +304,10 @@ fn plan_error(e: PlanError, dataset: &Dataset) -> ApiError {
 }
 
 fn exhausted(budget: &BudgetState, detail: String) -> ApiError {
-    ApiError::BudgetExhausted { detail, budget: budget_json(budget) }
+    ApiError::BudgetExhausted {
+        detail,
+        budget: budget_json(budget),
+    }
 }
 
 struct Parsed {
@@ -215,16 +316,34 @@ struct Parsed {
     plan: Plan,
 }
 
-async fn load_and_plan(state: &AppState, caller: &Caller, id: Uuid, req: &ReleaseRequest) -> Result<Parsed, ApiError> {
+async fn load_and_plan(
+    state: &AppState,
+    caller: &Caller,
+    id: Uuid,
+    req: &ReleaseRequest,
+) -> Result<Parsed, ApiError> {
     caller.require_dataset(id)?;
-    let dataset = state.store.get_dataset(id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
-    let counts = Counts::new(req.counts.0.clone(), state.settings.max_dimension).map_err(|e| param_error("counts", e))?;
+    let dataset = state
+        .store
+        .get_dataset(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("dataset"))?;
+    let counts = Counts::new(req.counts.0.clone(), state.settings.max_dimension)
+        .map_err(|e| param_error("counts", e))?;
     if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
-        return Err(ApiError::invalid_field("counts", format!("counts[{index}] exceeds the largest supported count, {MAX_COUNT:e}")));
+        return Err(ApiError::invalid_field(
+            "counts",
+            format!("counts[{index}] exceeds the largest supported count, {MAX_COUNT:e}"),
+        ));
     }
     let spec = parse_spec(req, dataset.order)?;
-    let plan = release::plan(&spec, counts.len(), dataset.order, &dataset.sensitivity).map_err(|e| plan_error(e, &dataset))?;
-    Ok(Parsed { dataset, counts, plan })
+    let plan = release::plan(&spec, counts.len(), dataset.order, &dataset.sensitivity)
+        .map_err(|e| plan_error(e, &dataset))?;
+    Ok(Parsed {
+        dataset,
+        counts,
+        plan,
+    })
 }
 
 #[derive(Serialize)]
@@ -242,36 +361,58 @@ async fn preview(
     ApiPath(id): ApiPath<Uuid>,
     ApiJson(req): ApiJson<ReleaseRequest>,
 ) -> Result<Json<Value>, ApiError> {
-    let Parsed { dataset, counts, plan } = load_and_plan(&state, &caller, id, &req).await?;
+    let Parsed {
+        dataset,
+        counts,
+        plan,
+    } = load_and_plan(&state, &caller, id, &req).await?;
     let budget = dataset.budget();
     let admissible = budget.admits(plan.charge);
     let mut after = budget;
     if admissible {
-        after.spent = budget.spent.checked_add(plan.charge).unwrap_or(budget.total);
+        after.spent = budget
+            .spent
+            .checked_add(plan.charge)
+            .unwrap_or(budget.total);
         after.releases += 1;
     }
     let view = PreviewView {
         forecast: release::forecast(&plan.draw, &counts),
         mechanism: plan.record,
-        cost: CostView { order: dataset.order.get(), epsilon: plan.charge.to_f64() },
+        cost: CostView {
+            order: dataset.order.get(),
+            epsilon: plan.charge.to_f64(),
+        },
         admissible,
         budget_after: BudgetView::from(&after),
     };
-    Ok(Json(serde_json::to_value(view).map_err(|e| ApiError::Internal(e.to_string()))?))
+    Ok(Json(
+        serde_json::to_value(view).map_err(|e| ApiError::Internal(e.to_string()))?,
+    ))
 }
 
 /// `Idempotency-Key`: 1 to 255 visible ASCII characters.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
-    let key = value.to_str().ok().filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()));
-    key.map(|k| Some(k.to_string()))
-        .ok_or_else(|| ApiError::invalid_field("Idempotency-Key", "Idempotency-Key must be 1 to 255 visible ASCII characters"))
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()));
+    key.map(|k| Some(k.to_string())).ok_or_else(|| {
+        ApiError::invalid_field(
+            "Idempotency-Key",
+            "Idempotency-Key must be 1 to 255 visible ASCII characters",
+        )
+    })
 }
 
 /// HMAC-SHA-256 of the dataset id and the canonical request under the server's key.
 fn fingerprint(key: &[u8; 32], dataset: Uuid, req: &ReleaseRequest) -> Result<[u8; 32], ApiError> {
     let body = serde_json::to_vec(req).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
     mac.update(dataset.as_bytes());
     mac.update(&body);
     Ok(mac.finalize().into_bytes().into())
@@ -279,22 +420,42 @@ fn fingerprint(key: &[u8; 32], dataset: Uuid, req: &ReleaseRequest) -> Result<[u
 
 fn created(view: ReleaseView, replayed: bool) -> Response {
     let location = format!("/v1/datasets/{}/releases/{}", view.dataset_id, view.id);
-    let mut response = (StatusCode::CREATED, [(header::LOCATION, location)], Json(view)).into_response();
+    let mut response = (
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(view),
+    )
+        .into_response();
     if replayed {
-        response.headers_mut().insert("idempotent-replayed", HeaderValue::from_static("true"));
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     response
 }
 
 /// The answer to a retry: the stored release, unchanged, charging nothing — or a refusal when
 /// the key was used for a different request. Never a fresh sample.
-async fn replay(state: &AppState, dataset: &Dataset, release: crate::ledger::Release, stored: [u8; 32], presented: [u8; 32]) -> Result<Response, ApiError> {
+async fn replay(
+    state: &AppState,
+    dataset: &Dataset,
+    release: crate::ledger::Release,
+    stored: [u8; 32],
+    presented: [u8; 32],
+) -> Result<Response, ApiError> {
     if !bool::from(stored.ct_eq(&presented)) {
         return Err(ApiError::IdempotencyKeyReused);
     }
-    let current = state.store.get_dataset(dataset.id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
+    let current = state
+        .store
+        .get_dataset(dataset.id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("dataset"))?;
     state.metrics.replays.inc();
-    Ok(created(ReleaseView::new(release, dataset.order.get(), Some(&current.budget())), true))
+    Ok(created(
+        ReleaseView::new(release, dataset.order.get(), Some(&current.budget())),
+        true,
+    ))
 }
 
 async fn create(
@@ -305,7 +466,11 @@ async fn create(
     ApiJson(req): ApiJson<ReleaseRequest>,
 ) -> Result<Response, ApiError> {
     let key = idempotency_key(&headers)?;
-    let Parsed { dataset, counts, plan } = match load_and_plan(&state, &caller, id, &req).await {
+    let Parsed {
+        dataset,
+        counts,
+        plan,
+    } = match load_and_plan(&state, &caller, id, &req).await {
         Ok(parsed) => parsed,
         Err(e) => {
             state.metrics.refusal(&e);
@@ -318,7 +483,10 @@ async fn create(
             if let Some((existing, stored)) = state.store.find_by_idempotency_key(id, &key).await? {
                 return replay(&state, &dataset, existing, stored, fp).await;
             }
-            Some(Idempotency { key, fingerprint: fp })
+            Some(Idempotency {
+                key,
+                fingerprint: fp,
+            })
         }
         None => None,
     };
@@ -334,11 +502,21 @@ async fn create(
     // Idempotency-Key gets the stored release); it is never cut between "charged" and "stored".
     let task_state = state.clone();
     let created_by = caller.name();
-    let kind = plan.record.get("kind").and_then(Value::as_str).unwrap_or("unknown").to_string();
+    let kind = plan
+        .record
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_string();
     let outcome = state
         .tasks
         .spawn(async move {
-            let Plan { draw, charge, record, .. } = plan;
+            let Plan {
+                draw,
+                charge,
+                record,
+                ..
+            } = plan;
             let distribution = if counts.len() < INLINE_DRAW_CELLS {
                 release::execute(&draw, &counts, &mut os_rng())
             } else {
@@ -365,15 +543,25 @@ async fn create(
         CommitOutcome::Committed { release, budget } => {
             tracing::info!(dataset = %id, release = %release.id, seq = release.seq, cost = release.cost.to_f64(), "release committed");
             state.metrics.release(&kind);
-            Ok(created(ReleaseView::new(release, dataset.order.get(), Some(&budget)), false))
+            Ok(created(
+                ReleaseView::new(release, dataset.order.get(), Some(&budget)),
+                false,
+            ))
         }
         CommitOutcome::Exhausted { budget } => {
-            let e = exhausted(&budget, "the release would exceed the dataset's remaining budget".into());
+            let e = exhausted(
+                &budget,
+                "the release would exceed the dataset's remaining budget".into(),
+            );
             state.metrics.refusal(&e);
             Err(e)
         }
-        CommitOutcome::Existing { release, fingerprint } => {
-            let presented = fp.ok_or_else(|| ApiError::Internal("an idempotent outcome without a key".into()))?;
+        CommitOutcome::Existing {
+            release,
+            fingerprint,
+        } => {
+            let presented =
+                fp.ok_or_else(|| ApiError::Internal("an idempotent outcome without a key".into()))?;
             replay(&state, &dataset, release, fingerprint, presented).await
         }
         CommitOutcome::DatasetNotFound => Err(ApiError::not_found("dataset")),
@@ -409,18 +597,34 @@ async fn list(
     caller.require_dataset(id)?;
     let limit = query.limit.unwrap_or(DEFAULT_PAGE);
     if limit == 0 || limit > state.settings.max_page_size {
-        return Err(ApiError::invalid_field("limit", format!("limit must be between 1 and {}", state.settings.max_page_size)));
+        return Err(ApiError::invalid_field(
+            "limit",
+            format!(
+                "limit must be between 1 and {}",
+                state.settings.max_page_size
+            ),
+        ));
     }
     if query.before.is_some_and(|b| b < 1) {
-        return Err(ApiError::invalid_field("before", "before must be at least 1"));
+        return Err(ApiError::invalid_field(
+            "before",
+            "before must be at least 1",
+        ));
     }
-    let dataset = state.store.get_dataset(id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
+    let dataset = state
+        .store
+        .get_dataset(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("dataset"))?;
     let releases = state.store.list_releases(id, query.before, limit).await?;
     let next_before = match releases.last() {
         Some(last) if releases.len() == limit as usize && last.seq > 1 => Some(last.seq),
         _ => None,
     };
-    let items: Vec<ReleaseView> = releases.into_iter().map(|r| ReleaseView::new(r, dataset.order.get(), None)).collect();
+    let items: Vec<ReleaseView> = releases
+        .into_iter()
+        .map(|r| ReleaseView::new(r, dataset.order.get(), None))
+        .collect();
     Ok(Json(json!({ "items": items, "next_before": next_before })))
 }
 
@@ -430,7 +634,15 @@ async fn show(
     ApiPath((id, release_id)): ApiPath<(Uuid, Uuid)>,
 ) -> Result<Json<ReleaseView>, ApiError> {
     caller.require_dataset(id)?;
-    let dataset = state.store.get_dataset(id).await?.ok_or_else(|| ApiError::not_found("dataset"))?;
-    let release = state.store.get_release(id, release_id).await?.ok_or_else(|| ApiError::not_found("release"))?;
+    let dataset = state
+        .store
+        .get_dataset(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("dataset"))?;
+    let release = state
+        .store
+        .get_release(id, release_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("release"))?;
     Ok(Json(ReleaseView::new(release, dataset.order.get(), None)))
 }

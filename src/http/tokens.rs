@@ -25,25 +25,43 @@ struct CreateToken {
     datasets: Vec<Uuid>,
 }
 
-async fn create(State(state): State<AppState>, caller: Caller, ApiJson(req): ApiJson<CreateToken>) -> Result<(StatusCode, Json<Value>), ApiError> {
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiJson(req): ApiJson<CreateToken>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
     caller.require_admin()?;
     if req.datasets.is_empty() {
-        return Err(ApiError::invalid_field("datasets", "datasets must list at least one dataset"));
+        return Err(ApiError::invalid_field(
+            "datasets",
+            "datasets must list at least one dataset",
+        ));
     }
     let mut datasets = req.datasets;
     datasets.sort();
     datasets.dedup();
     for id in &datasets {
         if state.store.get_dataset(*id).await?.is_none() {
-            return Err(ApiError::invalid_field("datasets", format!("no dataset {id}")));
+            return Err(ApiError::invalid_field(
+                "datasets",
+                format!("no dataset {id}"),
+            ));
         }
     }
     let (id, token, secret_hash) = generate_analyst_token();
-    let record = TokenRecord { id: id.clone(), secret_hash, role: Role::Analyst, datasets: datasets.clone(), created_at: Utc::now() };
+    let record = TokenRecord {
+        id: id.clone(),
+        secret_hash,
+        role: Role::Analyst,
+        datasets: datasets.clone(),
+        created_at: Utc::now(),
+    };
     state.store.create_token(&record).await?;
     tracing::info!(token = %id, datasets = datasets.len(), "analyst token created");
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "id": id, "token": token, "role": "analyst", "datasets": datasets, "created_at": record.created_at })),
+        Json(
+            json!({ "id": id, "token": token, "role": "analyst", "datasets": datasets, "created_at": record.created_at }),
+        ),
     ))
 }

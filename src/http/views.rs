@@ -28,7 +28,11 @@ pub struct BudgetView {
 impl From<&BudgetState> for BudgetView {
     fn from(b: &BudgetState) -> Self {
         let dp = b.dp_target.and_then(|t| {
-            Some(DpView { delta: t.delta, total_epsilon: b.dp_view(b.total)?, spent_epsilon: b.dp_view(b.spent)? })
+            Some(DpView {
+                delta: t.delta,
+                total_epsilon: b.dp_view(b.total)?,
+                spent_epsilon: b.dp_view(b.spent)?,
+            })
         });
         BudgetView {
             order: b.order.get(),
@@ -82,13 +86,21 @@ impl From<&Dataset> for DatasetView {
                 delta: Some(t.delta),
                 rdp_epsilon: Some(d.total.to_f64()),
             },
-            None => BudgetSpecView { order: d.order.get(), epsilon: d.total.to_f64(), delta: None, rdp_epsilon: None },
+            None => BudgetSpecView {
+                order: d.order.get(),
+                epsilon: d.total.to_f64(),
+                delta: None,
+                rdp_epsilon: None,
+            },
         };
         DatasetView {
             id: d.id,
             name: d.name.clone(),
             neighbouring: d.neighbouring.clone(),
-            sensitivity: SensitivityView { l2_squared: d.sensitivity.l2_squared(), linf: d.sensitivity.linf() },
+            sensitivity: SensitivityView {
+                l2_squared: d.sensitivity.l2_squared(),
+                linf: d.sensitivity.linf(),
+            },
             budget,
             spent: d.spent.to_f64(),
             releases: d.releases,
@@ -127,7 +139,10 @@ impl ReleaseView {
             created_by: r.created_by,
             distribution: r.distribution,
             mechanism: r.mechanism,
-            cost: CostView { order, epsilon: r.cost.to_f64() },
+            cost: CostView {
+                order,
+                epsilon: r.cost.to_f64(),
+            },
             budget: budget.map(BudgetView::from),
         }
     }

@@ -71,7 +71,10 @@ impl Units {
     }
 
     pub fn checked_add(self, other: Units) -> Option<Units> {
-        self.0.checked_add(other.0).filter(|&u| u <= MAX_UNITS).map(Units)
+        self.0
+            .checked_add(other.0)
+            .filter(|&u| u <= MAX_UNITS)
+            .map(Units)
     }
 
     pub fn saturating_sub(self, other: Units) -> Units {

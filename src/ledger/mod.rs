@@ -73,7 +73,9 @@ impl BudgetState {
     /// the transaction; this copy is for pre-checks (saving a sample that would be refused) and
     /// previews, never for the decision itself.
     pub fn admits(&self, charge: Units) -> bool {
-        self.spent.checked_add(charge).is_some_and(|after| after <= self.total)
+        self.spent
+            .checked_add(charge)
+            .is_some_and(|after| after <= self.total)
     }
 
     /// The (ε, δ) guarantee implied by an RDP amount at this ledger's order (CKS20), when the
@@ -143,12 +145,18 @@ pub struct Release {
 #[derive(Debug, Clone, PartialEq)]
 pub enum CommitOutcome {
     /// Charged and stored in one transaction; `budget` is the state right after it.
-    Committed { release: Release, budget: BudgetState },
+    Committed {
+        release: Release,
+        budget: BudgetState,
+    },
     /// Refused by the filter; nothing was written. `budget` is the state that refused it.
     Exhausted { budget: BudgetState },
     /// A release with this idempotency key already exists (possibly committed by a concurrent
     /// request); nothing was written. The caller compares fingerprints.
-    Existing { release: Release, fingerprint: [u8; 32] },
+    Existing {
+        release: Release,
+        fingerprint: [u8; 32],
+    },
     /// No such dataset; nothing was written.
     DatasetNotFound,
 }
@@ -232,10 +240,23 @@ pub trait LedgerStore: Send + Sync + 'static {
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError>;
 
     /// The release stored under an idempotency key, with its fingerprint.
-    async fn find_by_idempotency_key(&self, dataset_id: Uuid, key: &str) -> Result<Option<(Release, [u8; 32])>, StoreError>;
-    async fn get_release(&self, dataset_id: Uuid, release_id: Uuid) -> Result<Option<Release>, StoreError>;
+    async fn find_by_idempotency_key(
+        &self,
+        dataset_id: Uuid,
+        key: &str,
+    ) -> Result<Option<(Release, [u8; 32])>, StoreError>;
+    async fn get_release(
+        &self,
+        dataset_id: Uuid,
+        release_id: Uuid,
+    ) -> Result<Option<Release>, StoreError>;
     /// Newest first: releases with `seq < before` (all when `None`), at most `limit`.
-    async fn list_releases(&self, dataset_id: Uuid, before: Option<i64>, limit: u32) -> Result<Vec<Release>, StoreError>;
+    async fn list_releases(
+        &self,
+        dataset_id: Uuid,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<Release>, StoreError>;
 
     async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
     async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError>;

@@ -8,7 +8,10 @@ pub enum ParamError {
     #[error("{name} must be a finite number")]
     NotFinite { name: &'static str },
     #[error("{name} must be {constraint}")]
-    OutOfRange { name: &'static str, constraint: &'static str },
+    OutOfRange {
+        name: &'static str,
+        constraint: &'static str,
+    },
     #[error("counts must have at least 2 cells")]
     TooFewCells,
     #[error("counts have {got} cells, more than the configured maximum of {max}")]
@@ -30,7 +33,10 @@ impl Order {
             return Err(ParamError::NotFinite { name: "order" });
         }
         if value <= 1.0 {
-            return Err(ParamError::OutOfRange { name: "order", constraint: "greater than 1" });
+            return Err(ParamError::OutOfRange {
+                name: "order",
+                constraint: "greater than 1",
+            });
         }
         Ok(Self(value))
     }
@@ -50,7 +56,10 @@ impl Epsilon {
             return Err(ParamError::NotFinite { name: "epsilon" });
         }
         if value <= 0.0 {
-            return Err(ParamError::OutOfRange { name: "epsilon", constraint: "greater than 0" });
+            return Err(ParamError::OutOfRange {
+                name: "epsilon",
+                constraint: "greater than 0",
+            });
         }
         Ok(Self(value))
     }
@@ -70,7 +79,10 @@ impl Delta {
             return Err(ParamError::NotFinite { name: "delta" });
         }
         if value <= 0.0 || value >= 1.0 {
-            return Err(ParamError::OutOfRange { name: "delta", constraint: "strictly between 0 and 1" });
+            return Err(ParamError::OutOfRange {
+                name: "delta",
+                constraint: "strictly between 0 and 1",
+            });
         }
         Ok(Self(value))
     }
@@ -88,9 +100,15 @@ pub struct Sensitivity {
 
 impl Sensitivity {
     /// Replace one record in a histogram: Δ2² = 2, Δ∞ = 1.
-    pub const REPLACE_ONE: Sensitivity = Sensitivity { l2_squared: 2.0, linf: 1.0 };
+    pub const REPLACE_ONE: Sensitivity = Sensitivity {
+        l2_squared: 2.0,
+        linf: 1.0,
+    };
     /// Add or remove one record: Δ2² = 1, Δ∞ = 1.
-    pub const ADD_REMOVE_ONE: Sensitivity = Sensitivity { l2_squared: 1.0, linf: 1.0 };
+    pub const ADD_REMOVE_ONE: Sensitivity = Sensitivity {
+        l2_squared: 1.0,
+        linf: 1.0,
+    };
 
     /// Both must be finite and > 0, and Δ∞² ≤ Δ2² (one cell cannot move further than the whole vector).
     pub fn new(l2_squared: f64, linf: f64) -> Result<Self, ParamError> {
@@ -101,10 +119,16 @@ impl Sensitivity {
             return Err(ParamError::NotFinite { name: "linf" });
         }
         if l2_squared <= 0.0 {
-            return Err(ParamError::OutOfRange { name: "l2_squared", constraint: "greater than 0" });
+            return Err(ParamError::OutOfRange {
+                name: "l2_squared",
+                constraint: "greater than 0",
+            });
         }
         if linf <= 0.0 {
-            return Err(ParamError::OutOfRange { name: "linf", constraint: "greater than 0" });
+            return Err(ParamError::OutOfRange {
+                name: "linf",
+                constraint: "greater than 0",
+            });
         }
         if linf * linf > l2_squared {
             return Err(ParamError::OutOfRange {
@@ -133,7 +157,10 @@ impl Counts {
             return Err(ParamError::TooFewCells);
         }
         if values.len() > max_cells {
-            return Err(ParamError::TooManyCells { got: values.len(), max: max_cells });
+            return Err(ParamError::TooManyCells {
+                got: values.len(),
+                max: max_cells,
+            });
         }
         if let Some(index) = values.iter().position(|v| !v.is_finite() || *v < 0.0) {
             return Err(ParamError::InvalidCount { index });
@@ -176,7 +203,10 @@ impl Prior {
     }
     pub fn per_cell(values: Vec<f64>) -> Result<Self, ParamError> {
         if values.len() < 2 {
-            return Err(ParamError::OutOfRange { name: "alpha", constraint: "a number or an array of at least 2 numbers" });
+            return Err(ParamError::OutOfRange {
+                name: "alpha",
+                constraint: "a number or an array of at least 2 numbers",
+            });
         }
         for v in &values {
             check_positive("alpha", *v)?;
@@ -206,7 +236,10 @@ impl Prior {
     /// A per-cell prior must have exactly d cells.
     pub fn check_dimension(&self, d: usize) -> Result<(), ParamError> {
         match self {
-            Prior::PerCell(v) if v.len() != d => Err(ParamError::DimensionMismatch { got: v.len(), expected: d }),
+            Prior::PerCell(v) if v.len() != d => Err(ParamError::DimensionMismatch {
+                got: v.len(),
+                expected: d,
+            }),
             _ => Ok(()),
         }
     }
@@ -224,7 +257,10 @@ pub(crate) fn check_positive(name: &'static str, value: f64) -> Result<f64, Para
         return Err(ParamError::NotFinite { name });
     }
     if value <= 0.0 {
-        return Err(ParamError::OutOfRange { name, constraint: "greater than 0" });
+        return Err(ParamError::OutOfRange {
+            name,
+            constraint: "greater than 0",
+        });
     }
     Ok(value)
 }

@@ -27,12 +27,18 @@ pub struct TestApp {
 }
 
 /// A fresh database URL for `backend` (and the temp dir that owns a SQLite file).
-pub async fn fresh_database(backend: Backend) -> (String, Option<tempfile::TempDir>, Option<PathBuf>) {
+pub async fn fresh_database(
+    backend: Backend,
+) -> (String, Option<tempfile::TempDir>, Option<PathBuf>) {
     match backend {
         Backend::Sqlite => {
             let dir = tempfile::tempdir().expect("temp dir");
             let path = dir.path().join("ledger.db");
-            (format!("sqlite://{}", path.display()), Some(dir), Some(path))
+            (
+                format!("sqlite://{}", path.display()),
+                Some(dir),
+                Some(path),
+            )
         }
         Backend::Postgres => (super::pg::fresh_database().await, None, None),
     }
@@ -55,12 +61,17 @@ pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Settings))
     let (database_url, dir, sqlite_path) = fresh_database(backend).await;
     let mut settings = test_settings(&database_url);
     tweak(&mut settings);
-    let app = Application::build(settings).await.expect("the application starts");
+    let app = Application::build(settings)
+        .await
+        .expect("the application starts");
     let address = format!("http://{}", app.local_addr());
     tokio::spawn(app.run_until_stopped(std::future::pending()));
     TestApp {
         address,
-        client: reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap(),
+        client: reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .unwrap(),
         backend,
         database_url,
         sqlite_path,
@@ -74,14 +85,31 @@ impl TestApp {
     }
 
     pub async fn get(&self, path: &str, token: &str) -> Response {
-        self.client.get(self.url(path)).bearer_auth(token).send().await.expect("request sent")
+        self.client
+            .get(self.url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("request sent")
     }
 
     pub async fn post(&self, path: &str, token: &str, body: &Value) -> Response {
-        self.client.post(self.url(path)).bearer_auth(token).json(body).send().await.expect("request sent")
+        self.client
+            .post(self.url(path))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("request sent")
     }
 
-    pub async fn post_with_key(&self, path: &str, token: &str, key: &str, body: &Value) -> Response {
+    pub async fn post_with_key(
+        &self,
+        path: &str,
+        token: &str,
+        key: &str,
+        body: &Value,
+    ) -> Response {
         self.client
             .post(self.url(path))
             .bearer_auth(token)
@@ -95,7 +123,11 @@ impl TestApp {
     /// Register a dataset with an RDP budget `epsilon` at `order`; returns its id.
     pub async fn create_dataset(&self, order: f64, epsilon: f64) -> String {
         let response = self
-            .post("/v1/datasets", ADMIN_TOKEN, &json!({"name": "test", "budget": {"order": order, "epsilon": epsilon}}))
+            .post(
+                "/v1/datasets",
+                ADMIN_TOKEN,
+                &json!({"name": "test", "budget": {"order": order, "epsilon": epsilon}}),
+            )
             .await;
         assert_eq!(response.status(), StatusCode::CREATED);
         let body: Value = response.json().await.unwrap();
@@ -103,14 +135,18 @@ impl TestApp {
     }
 
     pub async fn budget(&self, dataset: &str) -> Value {
-        let response = self.get(&format!("/v1/datasets/{dataset}/budget"), ADMIN_TOKEN).await;
+        let response = self
+            .get(&format!("/v1/datasets/{dataset}/budget"), ADMIN_TOKEN)
+            .await;
         assert_eq!(response.status(), StatusCode::OK);
         response.json().await.unwrap()
     }
 
     /// A token confined to `datasets`.
     pub async fn analyst_token(&self, datasets: &[&str]) -> String {
-        let response = self.post("/v1/tokens", ADMIN_TOKEN, &json!({ "datasets": datasets })).await;
+        let response = self
+            .post("/v1/tokens", ADMIN_TOKEN, &json!({ "datasets": datasets }))
+            .await;
         assert_eq!(response.status(), StatusCode::CREATED);
         let body: Value = response.json().await.unwrap();
         body["token"].as_str().unwrap().to_string()
@@ -120,12 +156,20 @@ impl TestApp {
 /// Assert a problem+json response with this status and type slug; returns the body.
 pub async fn assert_problem(response: Response, status: StatusCode, slug: &str) -> Value {
     assert_eq!(response.status(), status, "unexpected status for {slug}");
-    let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     assert_eq!(content_type, "application/problem+json");
     let body: Value = response.json().await.expect("problem body is JSON");
     assert_eq!(body["type"], format!("/problems/{slug}"), "{body}");
     assert_eq!(body["status"], status.as_u16());
-    assert!(body["title"].is_string() && body["detail"].is_string(), "{body}");
+    assert!(
+        body["title"].is_string() && body["detail"].is_string(),
+        "{body}"
+    );
     body
 }
 
