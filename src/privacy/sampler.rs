@@ -10,16 +10,56 @@
 //! from the caller's generator in chunk order, so the output depends only on the caller's
 //! generator, never on how rayon schedules the chunks or how many threads it has.
 
-use rand::rngs::{SysError, SysRng};
-use rand::{Rng, RngExt, SeedableRng};
-use rand_distr::{Distribution, Gamma, Open01};
+use std::convert::Infallible;
+
+use rand::rngs::{ChaCha20Rng, SysError, SysRng};
+use rand::{Rng, SeedableRng, TryCryptoRng, TryRng};
+use rand_distr::{Distribution, Exp1, Gamma};
 use rayon::prelude::*;
 
 use super::divergence::Compensated;
 
-/// The generator every release draws from. Seeded from the OS; nothing outside this module can
-/// seed it.
-pub type CsRng = rand::rngs::ChaCha20Rng;
+/// The generator every release draws from: ChaCha20 seeded by the operating system. Nothing
+/// outside this module can seed it or read its state.
+///
+/// A newtype rather than an alias of `ChaCha20Rng`, because that type offers `from_seed`,
+/// `seed_from_u64`, `get_seed` and `serialize_state` to anyone holding one. `CsRng` implements
+/// only the generator traits (`TryRng` with `Infallible` errors, hence `rand::Rng`, and
+/// `TryCryptoRng`, hence `rand::CryptoRng`), and its `Debug` prints no state.
+pub struct CsRng(ChaCha20Rng);
+
+impl TryRng for CsRng {
+    type Error = Infallible;
+
+    #[inline]
+    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
+        self.0.try_next_u32()
+    }
+
+    #[inline]
+    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
+        self.0.try_next_u64()
+    }
+
+    #[inline]
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
+        self.0.try_fill_bytes(dst)
+    }
+}
+
+impl TryCryptoRng for CsRng {}
+
+impl std::fmt::Debug for CsRng {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CsRng(<state hidden>)")
+    }
+}
+
+/// A deterministic generator for tests only (never compiled into the service).
+#[cfg(test)]
+pub(crate) fn test_rng(seed: u64) -> CsRng {
+    CsRng(ChaCha20Rng::seed_from_u64(seed))
+}
 
 /// Cells per chunk: large enough that deriving a generator (one ChaCha block) and a rayon task
 /// are negligible, small enough to spread 10⁶ cells over the cores.
@@ -37,7 +77,7 @@ pub fn os_rng() -> CsRng {
 
 /// [`os_rng`] without the panic.
 pub fn try_os_rng() -> Result<CsRng, SysError> {
-    CsRng::try_from_rng(&mut SysRng)
+    ChaCha20Rng::try_from_rng(&mut SysRng).map(CsRng)
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -46,6 +86,10 @@ pub enum SampleError {
     TooFewCells,
     #[error("the shape of cell {index} is not a finite number > 0")]
     InvalidShape { index: usize },
+    /// Not expected for valid shapes; reported rather than releasing a vector that is not a
+    /// probability vector.
+    #[error("the draw did not produce a valid probability vector")]
+    NumericalFailure,
 }
 
 /// One draw of Dirichlet(shapes): finite, ≥ 0, sums to 1 within 1e-12. Shapes must be finite and > 0.
@@ -73,70 +117,107 @@ pub fn try_sample_dirichlet(shapes: &[f64], rng: &mut CsRng) -> Result<Vec<f64>,
         return Err(SampleError::InvalidShape { index });
     }
     let mut out = vec![0.0; shapes.len()];
-    if shapes.len() <= CHUNK {
+    let valid = if shapes.len() <= CHUNK {
         let max_log = draw_chunk(shapes, &mut out, rng);
-        let sum = scale_chunk(shapes, &mut out, max_log);
-        let inv = 1.0 / sum.sum();
-        out.iter_mut().for_each(|y| *y *= inv);
-        return Ok(out);
+        let inv = 1.0 / scale_chunk(shapes, &mut out, max_log).sum();
+        finish_chunk(&mut out, inv)
+    } else {
+        // Seeds are drawn sequentially, in chunk order, before any parallel work.
+        let seeds: Vec<[u8; 32]> = (0..shapes.len().div_ceil(CHUNK))
+            .map(|_| {
+                let mut seed = [0u8; 32];
+                rng.fill_bytes(&mut seed);
+                seed
+            })
+            .collect();
+        let max_log = out
+            .par_chunks_mut(CHUNK)
+            .zip(shapes.par_chunks(CHUNK))
+            .zip(seeds.par_iter())
+            .map(|((out, shapes), seed)| {
+                draw_chunk(shapes, out, &mut ChaCha20Rng::from_seed(*seed))
+            })
+            // a NaN must not be dropped by f64::max
+            .reduce(
+                || f64::NEG_INFINITY,
+                |a, b| {
+                    if a.is_nan() || b.is_nan() {
+                        f64::NAN
+                    } else {
+                        a.max(b)
+                    }
+                },
+            );
+        // Chunk sums are combined in chunk order (collect keeps it) so the total is
+        // deterministic.
+        let sums: Vec<Compensated> = out
+            .par_chunks_mut(CHUNK)
+            .zip(shapes.par_chunks(CHUNK))
+            .map(|(out, shapes)| scale_chunk(shapes, out, max_log))
+            .collect();
+        let mut total = Compensated::default();
+        sums.into_iter().for_each(|s| total.merge(s));
+        let inv = 1.0 / total.sum();
+        out.par_chunks_mut(CHUNK)
+            .map(|c| finish_chunk(c, inv))
+            .reduce(|| true, |a, b| a && b)
+    };
+    if valid {
+        Ok(out)
+    } else {
+        Err(SampleError::NumericalFailure)
     }
-    // Seeds are drawn sequentially, in chunk order, before any parallel work.
-    let seeds: Vec<[u8; 32]> = (0..shapes.len().div_ceil(CHUNK))
-        .map(|_| {
-            let mut seed = [0u8; 32];
-            rng.fill_bytes(&mut seed);
-            seed
-        })
-        .collect();
-    let max_log = out
-        .par_chunks_mut(CHUNK)
-        .zip(shapes.par_chunks(CHUNK))
-        .zip(seeds.par_iter())
-        .map(|((out, shapes), seed)| draw_chunk(shapes, out, &mut CsRng::from_seed(*seed)))
-        .reduce(|| f64::NEG_INFINITY, f64::max);
-    // Chunk sums are combined in chunk order (collect keeps it) so the total is deterministic.
-    let sums: Vec<Compensated> = out
-        .par_chunks_mut(CHUNK)
-        .zip(shapes.par_chunks(CHUNK))
-        .map(|(out, shapes)| scale_chunk(shapes, out, max_log))
-        .collect();
-    let mut total = Compensated::default();
-    sums.into_iter().for_each(|s| total.merge(s));
-    let inv = 1.0 / total.sum();
-    out.par_chunks_mut(CHUNK)
-        .for_each(|c| c.iter_mut().for_each(|y| *y *= inv));
-    Ok(out)
+}
+
+/// Multiplies by the normaliser's reciprocal and reports whether every value is a finite
+/// number ≥ 0.
+fn finish_chunk(out: &mut [f64], inv: f64) -> bool {
+    let mut ok = inv.is_finite();
+    for y in out.iter_mut() {
+        *y *= inv;
+        ok &= y.is_finite() && *y >= 0.0;
+    }
+    ok
 }
 
 /// Fills `out` with Gamma(a) draws for a ≥ 1 and with log Gamma(a) for a < 1, and returns the
 /// largest value in log terms.
+///
+/// log Gamma(a) = log Gamma(a + 1) + ln(U)/a = log Gamma(a + 1) − E/a with E = −ln U ~ Exp(1),
+/// drawn by rand_distr's ziggurat instead of a uniform and a logarithm. The `Gamma` sampler is
+/// rebuilt only when the shape changes from one cell to the next: cells without data share
+/// the prior's shape, so long runs are common.
 fn draw_chunk<R: Rng + ?Sized>(shapes: &[f64], out: &mut [f64], rng: &mut R) -> f64 {
     let mut max_linear = 0.0f64;
     let mut max_log = f64::NEG_INFINITY;
+    let mut cached: Option<(f64, Gamma<f64>)> = None;
     for (&a, slot) in shapes.iter().zip(out.iter_mut()) {
+        let lifted = if a >= 1.0 { a } else { a + 1.0 };
+        let gamma = match cached {
+            Some((shape, g)) if shape == lifted => g,
+            _ => {
+                // lifted ≥ 1 and finite (shapes are validated), so construction cannot fail;
+                // if it did, the NaN reaches `try_sample_dirichlet`'s final check.
+                let Ok(g) = Gamma::new(lifted, 1.0) else {
+                    return f64::NAN;
+                };
+                cached = Some((lifted, g));
+                g
+            }
+        };
+        let g: f64 = gamma.sample(rng);
         if a >= 1.0 {
-            let g = gamma(a, rng);
             max_linear = max_linear.max(g);
             *slot = g;
         } else {
-            let g = gamma(a + 1.0, rng);
-            let u: f64 = rng.sample(Open01);
-            // −∞ only for a below ~1e-306 (ln U/a overflows); clamp so the max stays finite.
-            let l = (g.ln() + u.ln() / a).max(f64::MIN);
+            let e: f64 = Exp1.sample(rng);
+            // −∞ only for a below ~1e-306 (E/a overflows); clamp so the max stays finite.
+            let l = (g.ln() - e / a).max(f64::MIN);
             max_log = max_log.max(l);
             *slot = l;
         }
     }
     max_log.max(max_linear.ln())
-}
-
-#[inline]
-fn gamma<R: Rng + ?Sized>(shape: f64, rng: &mut R) -> f64 {
-    // shape ≥ 1 and finite here, so construction cannot fail.
-    match Gamma::new(shape, 1.0) {
-        Ok(g) => g.sample(rng),
-        Err(_) => f64::NAN,
-    }
 }
 
 /// Rescales a chunk by e^{−max_log} (linear cells) or exponentiates log cells relative to it,
@@ -163,7 +244,7 @@ mod tests {
     use super::*;
 
     fn seeded(seed: u64) -> CsRng {
-        CsRng::seed_from_u64(seed)
+        test_rng(seed)
     }
 
     fn compensated_sum(y: &[f64]) -> f64 {
@@ -355,5 +436,6 @@ mod tests {
     fn os_rng_is_seeded_differently_each_time() {
         let (mut a, mut b) = (os_rng(), os_rng());
         assert_ne!(a.next_u64(), b.next_u64());
+        assert_eq!(format!("{a:?}"), "CsRng(<state hidden>)");
     }
 }
