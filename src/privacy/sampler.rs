@@ -18,6 +18,7 @@ use rand_distr::{Distribution, Exp1, Gamma};
 use rayon::prelude::*;
 
 use super::divergence::Compensated;
+use super::types::{Counts, DirichletParams, Prior};
 
 /// The generator every release draws from: ChaCha20 seeded by the operating system. Nothing
 /// outside this module can seed it or read its state.
@@ -90,6 +91,32 @@ pub enum SampleError {
     /// probability vector.
     #[error("the draw did not produce a valid probability vector")]
     NumericalFailure,
+    #[error("alpha has {got} cells but counts have {expected}")]
+    PriorDimension { got: usize, expected: usize },
+}
+
+/// The shapes r·xᵢ + αᵢ of the release y ~ Dir(r·x + α) (000 Algorithm 1 line 3; 001 §2.3 with
+/// concentration r). An error, never a silent fix, when the prior's length differs from the
+/// counts' or a shape is not a finite number > 0 (r or α invalid, or r·xᵢ overflowing).
+pub fn release_shapes(counts: &Counts, params: &DirichletParams) -> Result<Vec<f64>, SampleError> {
+    if let Prior::PerCell(v) = &params.alpha {
+        if v.len() != counts.len() {
+            return Err(SampleError::PriorDimension {
+                got: v.len(),
+                expected: counts.len(),
+            });
+        }
+    }
+    let shapes: Vec<f64> = counts
+        .as_slice()
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| params.r * x + params.alpha.at(i))
+        .collect();
+    if let Some(index) = shapes.iter().position(|a| !(a.is_finite() && *a > 0.0)) {
+        return Err(SampleError::InvalidShape { index });
+    }
+    Ok(shapes)
 }
 
 /// One draw of Dirichlet(shapes): finite, ≥ 0, sums to 1 within 1e-12. Shapes must be finite and > 0.
@@ -415,6 +442,51 @@ mod tests {
                 sample_dirichlet(&shapes, &mut rng)
             );
         }
+    }
+
+    #[test]
+    fn release_shapes_are_r_x_plus_alpha_and_checked() {
+        let counts = Counts::new(vec![0.0, 2.0, 5.0], 10).unwrap();
+        let p = DirichletParams {
+            r: 0.5,
+            alpha: Prior::PerCell(vec![1.0, 2.0, 3.0]),
+        };
+        assert_eq!(release_shapes(&counts, &p).unwrap(), vec![1.0, 3.0, 5.5]);
+        let p = DirichletParams {
+            r: 2.0,
+            alpha: Prior::Uniform(0.25),
+        };
+        assert_eq!(
+            release_shapes(&counts, &p).unwrap(),
+            vec![0.25, 4.25, 10.25]
+        );
+        let p = DirichletParams {
+            r: 1.0,
+            alpha: Prior::PerCell(vec![1.0, 2.0]),
+        };
+        assert_eq!(
+            release_shapes(&counts, &p),
+            Err(SampleError::PriorDimension {
+                got: 2,
+                expected: 3
+            })
+        );
+        let p = DirichletParams {
+            r: f64::MAX,
+            alpha: Prior::Uniform(1.0),
+        };
+        assert_eq!(
+            release_shapes(&counts, &p),
+            Err(SampleError::InvalidShape { index: 1 })
+        );
+        let p = DirichletParams {
+            r: 1.0,
+            alpha: Prior::Uniform(f64::NAN),
+        };
+        assert_eq!(
+            release_shapes(&counts, &p),
+            Err(SampleError::InvalidShape { index: 0 })
+        );
     }
 
     #[test]
