@@ -700,6 +700,27 @@ mod tests {
     }
 
     #[test]
+    fn regression_diffuse_with_a_tiny_prior_near_order_one() {
+        // Once failed: the diffuse bracket used an upper bound of the root as a lower one.
+        let s = Sensitivity::new(0.01, 0.1).unwrap();
+        let cal = Calibration::Diffuse {
+            alpha: Prior::PerCell(vec![0.001, 0.002, 1.001]),
+        };
+        let p = calibrate(&cal, order(1.0001), eps(1.0), &s).unwrap();
+        assert_contract(price(&p, 1.0001, &s), 1.0);
+        let p = calibrate(
+            &Calibration::Diffuse {
+                alpha: Prior::Uniform(10.0),
+            },
+            order(1.5),
+            eps(0.5),
+            &s,
+        )
+        .unwrap();
+        assert_contract(price(&p, 1.5, &s), 0.5);
+    }
+
+    #[test]
     fn inverse_trigamma_inverts() {
         let mut y = 1e-12;
         while y < 1e14 {
