@@ -702,7 +702,7 @@ mod tests {
     #[test]
     fn regression_diffuse_with_a_tiny_prior_near_order_one() {
         // Once failed: the diffuse bracket used an upper bound of the root as a lower one.
-        let s = Sensitivity::new(0.01, 0.1).unwrap();
+        let s = Sensitivity::new(0.1 * 0.1, 0.1).unwrap();
         let cal = Calibration::Diffuse {
             alpha: Prior::PerCell(vec![0.001, 0.002, 1.001]),
         };
