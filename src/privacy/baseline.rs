@@ -76,7 +76,7 @@ fn clip_and_normalise(mut y: Vec<f64>) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
+    use crate::privacy::sampler::test_rng;
 
     fn counts(v: &[f64]) -> Counts {
         Counts::new(v.to_vec(), 1 << 20).unwrap()
@@ -90,7 +90,7 @@ mod tests {
 
     #[test]
     fn releases_are_probability_vectors_close_to_the_data_for_small_noise() {
-        let mut rng = CsRng::seed_from_u64(7);
+        let mut rng = test_rng(7);
         let c = counts(&[100.0, 300.0, 600.0]);
         for y in [
             gaussian_release(&c, 1e-3, &mut rng),
@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn everything_clipped_or_invalid_scale_gives_uniform() {
-        let mut rng = CsRng::seed_from_u64(8);
+        let mut rng = test_rng(8);
         let c = counts(&[0.0, 0.0, 0.0, 0.0]);
         // With 4 zero counts the chance that no cell's noise is positive is 1/16 per draw;
         // over 200 draws a few are all-clipped and must come out uniform.
@@ -132,7 +132,7 @@ mod tests {
     fn noise_has_the_right_spread() {
         // One huge cell keeps the normaliser ≈ N, so y₁·N − x₁ is the noise up to O(σ/N).
         let n = 20_000;
-        let mut rng = CsRng::seed_from_u64(9);
+        let mut rng = test_rng(9);
         let c = counts(&[1e9, 1e4]);
         let (mut g2, mut l_abs) = (0.0, 0.0);
         for _ in 0..n {
@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn huge_counts_do_not_overflow() {
-        let mut rng = CsRng::seed_from_u64(10);
+        let mut rng = test_rng(10);
         let c = counts(&[f64::MAX, f64::MAX, 1.0]);
         check_simplex(&gaussian_release(&c, 1.0, &mut rng));
         check_simplex(&laplace_release(&c, 1.0, &mut rng));

@@ -192,6 +192,9 @@ fn newton(mut f: impl FnMut(f64) -> (f64, f64), start: f64, mut lo: f64, mut hi:
             lo = lo.max(t);
         }
         let mut next = t - v / dv;
+        if (next - t).abs() <= 4.0 * f64::EPSILON * t.abs().max(1.0) {
+            return next;
+        }
         if !(next.is_finite() && next > lo && next < hi) {
             next = match (lo.is_finite(), hi.is_finite()) {
                 (true, true) => 0.5 * (lo + hi),
@@ -199,9 +202,6 @@ fn newton(mut f: impl FnMut(f64) -> (f64, f64), start: f64, mut lo: f64, mut hi:
                 (false, true) => hi - hi.abs().max(1.0),
                 (false, false) => t - 1.0,
             };
-        }
-        if (next - t).abs() <= 4.0 * f64::EPSILON * t.abs().max(1.0) {
-            return next;
         }
         t = next;
     }
@@ -420,6 +420,11 @@ pub fn inverse_trigamma(y: f64) -> f64 {
             hi = hi.min(z);
         }
         let step = p1 * (1.0 - p1 / y) / p2;
+        // Converged: checked before the bracket test, which a zero step at a bracket end
+        // would fail and turn into a needless bisection.
+        if p1 == y || step.abs() <= 2.0 * f64::EPSILON * z {
+            return z + step;
+        }
         let mut next = z + step;
         if !(next > lo && next < hi) {
             next = if hi.is_finite() {
@@ -427,9 +432,6 @@ pub fn inverse_trigamma(y: f64) -> f64 {
             } else {
                 2.0 * z
             };
-        }
-        if (next - z).abs() <= 2.0 * f64::EPSILON * z {
-            return next;
         }
         z = next;
     }
@@ -695,6 +697,27 @@ mod tests {
             solved > cals.len() * orders.len() * epsilons.len() / 2,
             "{solved}"
         );
+    }
+
+    #[test]
+    fn regression_diffuse_with_a_tiny_prior_near_order_one() {
+        // Once failed: the diffuse bracket used an upper bound of the root as a lower one.
+        let s = Sensitivity::new(0.1 * 0.1, 0.1).unwrap();
+        let cal = Calibration::Diffuse {
+            alpha: Prior::PerCell(vec![0.001, 0.002, 1.001]),
+        };
+        let p = calibrate(&cal, order(1.0001), eps(1.0), &s).unwrap();
+        assert_contract(price(&p, 1.0001, &s), 1.0);
+        let p = calibrate(
+            &Calibration::Diffuse {
+                alpha: Prior::Uniform(10.0),
+            },
+            order(1.5),
+            eps(0.5),
+            &s,
+        )
+        .unwrap();
+        assert_contract(price(&p, 1.5, &s), 0.5);
     }
 
     #[test]

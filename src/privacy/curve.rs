@@ -79,8 +79,10 @@ pub fn gaussian_rdp(order: Order, sigma: f64, sens: &Sensitivity) -> f64 {
 /// - `Sensitivity::ADD_REMOVE_ONE` (histogram, add or remove a record): one cell shifts by 1.
 ///
 ///   These two are recognised by value, as PRIVACY-MATH's table defines them: a statistic that
-///   changes by 0 or ±1 per cell. A custom real-valued statistic that happens to declare exactly
-///   (2, 1) or (1, 1) is priced as the histogram relation; see the module report.
+///   changes by 0 or ±1 per cell. A custom real-valued statistic declaring exactly (2, 1) or
+///   (1, 1) is therefore priced as the histogram relation, which is too low for it (spreading
+///   the same ℓ2 change over many cells costs more, see below); such a statistic must be
+///   declared with other values.
 /// - any other (custom) sensitivity: the worst case over every shift vector with at most d
 ///   non-zero cells, |sᵢ| ≤ Δ∞ and Σsᵢ² ≤ Δ2². With g(t) = ε_{√t}, concave and increasing in t
 ///   (checked numerically in the tests; ε_s ≈ λs²/2b² near 0 and ≈ s/b far out), Jensen gives

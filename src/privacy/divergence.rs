@@ -55,6 +55,7 @@ pub fn renyi_dirichlet(order: f64, u: &[f64], v: &[f64]) -> f64 {
 /// ln Γ(a) − ln Γ(b) for a, b > 0, accurate relative to the difference rather than to the
 /// log-gammas themselves when a and b are close.
 ///
+/// Recurrence Γ(x + 1) = xΓ(x) and Stirling's series (Abramowitz & Stegun 6.1.15, 6.1.40).
 /// Both arguments are lifted to ≥ 8 by the recurrence (the lifted log terms differ by
 /// ln1p((a−b)/(b+k))), then Stirling's series is differenced term by term:
 /// (x−½)ln x − (y−½)ln y − (x−y) = (y−½)·ln1p(h/y) + h·(ln x − 1), h = x − y, a sum of

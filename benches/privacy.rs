@@ -1,0 +1,89 @@
+//! Benchmarks of the privacy core: ψ′, every calibration, and Dirichlet sampling at
+//! d = 16, 1,000 and 1,000,000. Run with `cargo bench --bench privacy`.
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use dirichlet_release::privacy::calibrate::{gaussian_sigma, laplace_scale};
+use dirichlet_release::privacy::sampler::{os_rng, sample_dirichlet};
+use dirichlet_release::privacy::special::trigamma;
+use dirichlet_release::privacy::{calibrate, Calibration, Epsilon, Order, Prior, Sensitivity};
+
+fn special(c: &mut Criterion) {
+    let mut g = c.benchmark_group("trigamma");
+    for x in [1e-3, 0.5, 3.46, 7.9, 50.0, 1e6] {
+        g.bench_with_input(BenchmarkId::from_parameter(x), &x, |b, &x| {
+            b.iter(|| trigamma(black_box(x)))
+        });
+    }
+    g.finish();
+}
+
+fn calibrations(c: &mut Criterion) {
+    let s = Sensitivity::REPLACE_ONE;
+    let order = Order::new(2.0).unwrap();
+    let mut g = c.benchmark_group("calibrate");
+    let cases = [
+        ("dirichlet_prior_1", Calibration::Dirichlet { prior: 1.0 }),
+        ("posterior_r_1", Calibration::Posterior { r: 1.0 }),
+        (
+            "diffuse_alpha_10",
+            Calibration::Diffuse {
+                alpha: Prior::Uniform(10.0),
+            },
+        ),
+        (
+            "explicit",
+            Calibration::Explicit {
+                r: 1.0,
+                alpha: Prior::Uniform(3.46),
+            },
+        ),
+    ];
+    for (name, cal) in &cases {
+        for eps in [0.01, 1.0, 100.0] {
+            let e = Epsilon::new(eps).unwrap();
+            g.bench_with_input(BenchmarkId::new(*name, eps), &e, |b, &e| {
+                b.iter(|| calibrate(black_box(cal), black_box(order), e, &s).unwrap())
+            });
+        }
+    }
+    let e = Epsilon::new(1.0).unwrap();
+    g.bench_function("gaussian_sigma", |b| {
+        b.iter(|| gaussian_sigma(black_box(order), e, &s))
+    });
+    g.bench_function("laplace_scale_replace_one", |b| {
+        b.iter(|| laplace_scale(black_box(order), e, &s, 1000).unwrap())
+    });
+    let custom = Sensitivity::new(3.0, 1.5).unwrap();
+    g.bench_function("laplace_scale_custom_d1000", |b| {
+        b.iter(|| laplace_scale(black_box(order), e, &custom, 1000).unwrap())
+    });
+    g.finish();
+}
+
+fn sampling(c: &mut Criterion) {
+    let mut g = c.benchmark_group("sample_dirichlet");
+    g.sample_size(20);
+    let mut rng = os_rng();
+    for d in [16usize, 1_000, 1_000_000] {
+        // r·x + α for a histogram with mostly small counts and α = 3.46 (001's worked example),
+        // and the tiny-shape regime (α = 0.01, sparse counts) that takes the log-space path.
+        let hist: Vec<f64> = (0..d).map(|i| 3.46 + ((i * 7919) % 13) as f64).collect();
+        let sparse: Vec<f64> = (0..d)
+            .map(|i| if i % 10 == 0 { 5.01 } else { 0.01 })
+            .collect();
+        g.throughput(Throughput::Elements(d as u64));
+        g.bench_with_input(BenchmarkId::new("histogram", d), &hist, |b, s| {
+            b.iter(|| sample_dirichlet(black_box(s), &mut rng))
+        });
+        g.bench_with_input(
+            BenchmarkId::new("sparse_tiny_shapes", d),
+            &sparse,
+            |b, s| b.iter(|| sample_dirichlet(black_box(s), &mut rng)),
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, special, calibrations, sampling);
+criterion_main!(benches);
