@@ -10,10 +10,11 @@ use serde_json::{json, Value};
 use crate::ledger::{charge_for, Units, UnitsError};
 use crate::privacy::calibrate::{gaussian_sigma, laplace_scale};
 use crate::privacy::curve::{dirichlet_max_order, dirichlet_rdp, gaussian_rdp, laplace_rdp};
-use crate::privacy::sampler::{sample_dirichlet, CsRng};
+use crate::privacy::sampler::{release_shapes, try_os_rng, try_sample_dirichlet};
 use crate::privacy::utility::{dirichlet_forecast, Forecast};
 use crate::privacy::{
-    baseline, calibrate, Calibration, CalibrationError, Counts, Epsilon, Order, Prior, Sensitivity,
+    baseline, calibrate, Calibration, CalibrationError, Counts, DirichletParams, Epsilon, Order,
+    Prior, Sensitivity,
 };
 
 /// The default base prior a₀ of the `dirichlet` calibration (000 Algorithm 1 uses 1).
@@ -275,21 +276,36 @@ pub fn price(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> f64 {
     }
 }
 
-/// Draw the release. CPU-bound: large draws belong on a blocking thread.
-pub fn execute(draw: &Draw, counts: &Counts, rng: &mut CsRng) -> Vec<f64> {
+/// Draw the release. CPU-bound: large draws belong on a blocking thread. Fails closed (never
+/// panics) on a shape that is not finite and positive or an OS entropy failure.
+pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
+    let mut rng = try_os_rng().map_err(|e| format!("the OS random source failed: {e}"))?;
     match draw {
         Draw::Dirichlet { r, alpha } => {
-            let shapes: Vec<f64> = counts
-                .as_slice()
-                .iter()
-                .enumerate()
-                .map(|(i, x)| r * x + alpha.at(i))
-                .collect();
-            sample_dirichlet(&shapes, rng)
+            let params = DirichletParams {
+                r: *r,
+                alpha: alpha.clone(),
+            };
+            let shapes = release_shapes(counts, &params).map_err(|e| e.to_string())?;
+            try_sample_dirichlet(&shapes, &mut rng).map_err(|e| e.to_string())
         }
-        Draw::Gaussian { sigma } => baseline::gaussian_release(counts, *sigma, rng),
-        Draw::Laplace { scale } => baseline::laplace_release(counts, *scale, rng),
+        Draw::Gaussian { sigma } => Ok(baseline::gaussian_release(counts, *sigma, &mut rng)),
+        Draw::Laplace { scale } => Ok(baseline::laplace_release(counts, *scale, &mut rng)),
     }
+}
+
+/// Check, before anything is drawn, that every Gamma shape r·x_i + α_i of a Dirichlet draw is
+/// finite and positive (huge counts times a huge explicit r could overflow). Baselines have no
+/// shapes.
+pub fn check_shapes(draw: &Draw, counts: &Counts) -> Result<(), PlanError> {
+    if let Draw::Dirichlet { r, alpha } = draw {
+        let params = DirichletParams {
+            r: *r,
+            alpha: alpha.clone(),
+        };
+        release_shapes(counts, &params).map_err(|e| PlanError::Parameter(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// The utility forecast of a plan (Dirichlet draws only; baselines have none).

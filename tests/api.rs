@@ -352,6 +352,7 @@ async fn invalid_requests_are_refused_and_charge_nothing(backend: Backend) {
         json!({"counts": ok, "epsilon": 0.1, "mechanism": "telepathy"}),
         json!({"counts": ok, "epsilon": 0.1, "seed": 42}),
         json!({"counts": ok, "epsilon": 0.1, "rng_state": "00"}),
+        json!({"counts": [2e15, 1], "epsilon": 0.1}),
     ];
     for body in &unprocessable {
         let response = app.post(&path, ADMIN_TOKEN, body).await;

@@ -24,7 +24,6 @@ use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::views::{budget_json, BudgetView, CostView, ReleaseView};
 use super::AppState;
 use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, NewRelease};
-use crate::privacy::sampler::os_rng;
 use crate::privacy::utility::Forecast;
 use crate::privacy::{Counts, Epsilon, Order, Prior};
 use crate::release::{self, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
@@ -299,7 +298,7 @@ fn plan_error(e: PlanError, dataset: &Dataset) -> ApiError {
         PlanError::NoGuarantee { .. } => ApiError::NoGuarantee(e.to_string()),
         PlanError::CostExceedsCap { .. } => ApiError::CostExceedsEpsilon(e.to_string()),
         PlanError::TooExpensive { .. } => exhausted(&dataset.budget(), e.to_string()),
-        PlanError::Parameter(message) => ApiError::invalid_field("alpha", message),
+        PlanError::Parameter(message) => ApiError::invalid(message),
     }
 }
 
@@ -518,12 +517,13 @@ async fn create(
                 ..
             } = plan;
             let distribution = if counts.len() < INLINE_DRAW_CELLS {
-                release::execute(&draw, &counts, &mut os_rng())
+                release::execute(&draw, &counts)
             } else {
-                tokio::task::spawn_blocking(move || release::execute(&draw, &counts, &mut os_rng()))
+                tokio::task::spawn_blocking(move || release::execute(&draw, &counts))
                     .await
                     .map_err(|e| ApiError::Internal(format!("sampler task failed: {e}")))?
-            };
+            }
+            .map_err(|e| ApiError::Internal(format!("sampling refused: {e}")))?;
             let new = NewRelease {
                 id: Uuid::now_v7(),
                 dataset_id: id,

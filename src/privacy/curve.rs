@@ -75,7 +75,8 @@ pub fn gaussian_rdp(order: Order, sigma: f64, sens: &Sensitivity) -> f64 {
 /// noise is independent per cell, so the Rényi divergences add), with ε_s from
 /// [`laplace_cell_rdp`]. The worst neighbour depends on the sensitivity:
 ///
-/// - `Sensitivity::REPLACE_ONE` (histogram, replace one record): two cells shift by 1.
+/// - `Sensitivity::REPLACE_ONE` (histogram, replace one record): two cells shift by 1. A custom
+///   declaration with the same numbers is *not* this relation and is priced over its whole ball.
 /// - `Sensitivity::ADD_REMOVE_ONE` (histogram, add or remove a record): one cell shifts by 1.
 ///
 ///   These two are recognised by value, as PRIVACY-MATH's table defines them: a statistic that
@@ -479,5 +480,27 @@ mod tests {
             prop_assert!(e1.is_finite() && e2 >= e1);
             prop_assert!(dirichlet_rdp(order(l1), r * 1.01, alpha, &s) >= e1);
         }
+    }
+
+    #[test]
+    fn a_custom_declaration_is_never_priced_as_a_histogram_relation() {
+        let custom = Sensitivity::new(2.0, 1.0).unwrap();
+        assert_ne!(custom, Sensitivity::REPLACE_ONE);
+        for d in [2usize, 10, 1000] {
+            let preset = laplace_rdp(order(3.0), 2.0, &Sensitivity::REPLACE_ONE, d);
+            let ball = laplace_rdp(order(3.0), 2.0, &custom, d);
+            assert!(
+                ball >= preset,
+                "d = {d}: custom {ball} < replace-one {preset}"
+            );
+        }
+        assert_eq!(
+            Sensitivity::for_relation("replace_one", 2.0, 1.0).unwrap(),
+            Sensitivity::REPLACE_ONE
+        );
+        assert_eq!(
+            Sensitivity::for_relation("custom", 2.0, 1.0).unwrap(),
+            custom
+        );
     }
 }

@@ -92,10 +92,25 @@ impl Delta {
 }
 
 /// Neighbour sensitivities of a dataset's statistic: Δ2² = max ‖x − x'‖₂², Δ∞ = max ‖x − x'‖∞.
+///
+/// The two histogram relations are kept distinct from a custom declaration with the same
+/// numbers: a histogram neighbour moves whole records (two cells by 1, or one cell by 1), while
+/// a custom (Δ2², Δ∞) admits every change inside that ball, which some mechanisms (Laplace) price
+/// higher. Equality therefore compares the relation too.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Sensitivity {
     l2_squared: f64,
     linf: f64,
+    #[serde(skip)]
+    relation: Relation,
+}
+
+/// Which neighbouring relation a [`Sensitivity`] describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relation {
+    ReplaceOne,
+    AddRemoveOne,
+    Custom,
 }
 
 impl Sensitivity {
@@ -103,11 +118,13 @@ impl Sensitivity {
     pub const REPLACE_ONE: Sensitivity = Sensitivity {
         l2_squared: 2.0,
         linf: 1.0,
+        relation: Relation::ReplaceOne,
     };
     /// Add or remove one record: Δ2² = 1, Δ∞ = 1.
     pub const ADD_REMOVE_ONE: Sensitivity = Sensitivity {
         l2_squared: 1.0,
         linf: 1.0,
+        relation: Relation::AddRemoveOne,
     };
 
     /// Both must be finite and > 0, and Δ∞² ≤ Δ2² (one cell cannot move further than the whole vector).
@@ -136,8 +153,27 @@ impl Sensitivity {
                 constraint: "at most sqrt(l2_squared)",
             });
         }
-        Ok(Self { l2_squared, linf })
+        Ok(Self {
+            l2_squared,
+            linf,
+            relation: Relation::Custom,
+        })
     }
+    /// A stored sensitivity: the named histogram relations map to their constants, anything
+    /// else is a custom declaration.
+    pub fn for_relation(name: &str, l2_squared: f64, linf: f64) -> Result<Self, ParamError> {
+        let custom = Self::new(l2_squared, linf)?;
+        Ok(match name {
+            "replace_one" if (l2_squared, linf) == (2.0, 1.0) => Self::REPLACE_ONE,
+            "add_remove_one" if (l2_squared, linf) == (1.0, 1.0) => Self::ADD_REMOVE_ONE,
+            _ => custom,
+        })
+    }
+
+    pub fn relation(&self) -> Relation {
+        self.relation
+    }
+
     pub fn l2_squared(&self) -> f64 {
         self.l2_squared
     }

@@ -97,7 +97,7 @@ impl<Id: Into<Uuid>> TryFrom<DatasetColumns<Id>> for Dataset {
             order: budget.order,
             total: budget.total,
             dp_target: budget.dp_target,
-            sensitivity: Sensitivity::new(c.l2_squared, c.linf)
+            sensitivity: Sensitivity::for_relation(&c.neighbouring, c.l2_squared, c.linf)
                 .map_err(|_| corrupt("datasets.l2_squared/linf are not a valid sensitivity"))?,
             neighbouring: c.neighbouring,
             created_at: c.created_at,
