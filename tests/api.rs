@@ -154,6 +154,13 @@ async fn story(backend: Backend) {
         vec![4, 3, 2]
     );
     assert_eq!(page["next_before"], 2);
+    let max_page = app
+        .get(
+            &format!("/v1/datasets/{id}/releases?limit=10000"),
+            ADMIN_TOKEN,
+        )
+        .await;
+    assert_eq!(max_page.status(), StatusCode::OK);
     let rest: Value = app
         .get(
             &format!("/v1/datasets/{id}/releases?limit=3&before=2"),
@@ -850,7 +857,47 @@ async fn operational_endpoints(backend: Backend) {
     assert!(response.headers().contains_key("x-request-id"));
 }
 
+async fn a_timed_out_release_is_a_problem_and_never_half_written(backend: Backend) {
+    let app = spawn_app_with(backend, |s| s.request_timeout_ms = 150).await;
+    let id = app.create_dataset(2.0, 10.0).await;
+    // 400,000 cells take longer than 150 ms in a debug build (parse, sample, store).
+    let counts: Vec<u32> = (0..400_000).map(|i| i % 13).collect();
+    let response = app
+        .post(
+            &format!("/v1/datasets/{id}/releases"),
+            ADMIN_TOKEN,
+            &json!({"counts": counts, "epsilon": 1.0}),
+        )
+        .await;
+    assert!(response.headers().contains_key("retry-after"));
+    assert_problem(response, StatusCode::SERVICE_UNAVAILABLE, "timeout").await;
+    // The draw-and-commit task was not cut: it either committed the release with its charge
+    // (then the release is in the history) or wrote nothing. Wait for it to settle.
+    let mut budget = app.budget(&id).await;
+    for _ in 0..300 {
+        if budget["releases"] == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        budget = app.budget(&id).await;
+    }
+    let listed: Value = app
+        .get(&format!("/v1/datasets/{id}/releases"), ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let stored = listed["items"].as_array().unwrap();
+    assert_eq!(budget["releases"], stored.len());
+    let charged: f64 = stored
+        .iter()
+        .map(|r| r["cost"]["epsilon"].as_f64().unwrap())
+        .sum();
+    assert_eq!(budget["spent"].as_f64().unwrap(), charged);
+}
+
 on_both_backends!(
+    a_timed_out_release_is_a_problem_and_never_half_written,
     story,
     every_mechanism_releases_and_is_charged_at_the_ledger_order,
     dp_target_datasets_report_both_views,

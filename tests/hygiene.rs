@@ -5,91 +5,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
 
 use common::app::{fresh_database, Backend, ADMIN_TOKEN};
+use common::binary;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 const MARKER: f64 = 987_654_321.0;
 const MARKER_TEXT: &str = "987654321";
-
-struct Server {
-    child: std::process::Child,
-    address: String,
-    stderr_path: PathBuf,
-    stdout_lines: Vec<String>,
-}
-
-fn start_binary(database_url: &str, logs: &Path) -> Server {
-    let stderr_path = logs.join("stderr.log");
-    let stderr = std::fs::File::create(&stderr_path).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dirichlet-release"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("DIRICHLET_DATABASE_URL", database_url)
-        .env("DIRICHLET_LISTEN", "127.0.0.1:0")
-        .env("DIRICHLET_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("DIRICHLET_LOG_FORMAT", "json")
-        .env("RUST_LOG", "trace")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(stderr))
-        .spawn()
-        .expect("the binary starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut reader = BufReader::new(stdout);
-    let mut stdout_lines = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let address = loop {
-        let mut line = String::new();
-        assert!(
-            Instant::now() < deadline,
-            "the server did not announce its address"
-        );
-        if reader.read_line(&mut line).unwrap() == 0 {
-            panic!(
-                "the server exited early: {}",
-                std::fs::read_to_string(&stderr_path).unwrap_or_default()
-            );
-        }
-        stdout_lines.push(line.clone());
-        if let Some(rest) = line.trim().strip_prefix("dirichlet-release listening on ") {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    // Keep draining stdout so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in reader.lines() {});
-    Server {
-        child,
-        address,
-        stderr_path,
-        stdout_lines,
-    }
-}
-
-fn stop(server: &mut Server) -> std::process::ExitStatus {
-    // SIGTERM: a graceful shutdown must exit 0.
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(server.child.id().to_string())
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the server did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 async fn exercise(address: &str) {
     let client = reqwest::Client::new();
@@ -230,16 +155,26 @@ fn pg_dump_binary() -> PathBuf {
 async fn counts_never_reach_storage_or_logs(backend: Backend) {
     let (database_url, _dir, sqlite_path) = fresh_database(backend).await;
     let logs = tempfile::tempdir().unwrap();
-    let mut server = start_binary(&database_url, logs.path());
+    let mut server = binary::start(
+        &[
+            ("DIRICHLET_DATABASE_URL", &database_url),
+            ("DIRICHLET_LISTEN", "127.0.0.1:0"),
+            ("DIRICHLET_ADMIN_TOKEN", ADMIN_TOKEN),
+            ("DIRICHLET_LOG_FORMAT", "json"),
+            ("RUST_LOG", "trace"),
+        ],
+        logs.path(),
+    );
     exercise(&format!(
         "http://{}",
         server.address.trim_start_matches("http://")
     ))
     .await;
-    let status = stop(&mut server);
+    // SIGTERM: a graceful shutdown must exit 0.
+    let status = server.stop_with("TERM");
     assert!(status.success(), "graceful shutdown exits 0, got {status}");
 
-    let stderr = std::fs::read(&server.stderr_path).unwrap();
+    let stderr = server.stderr_text().into_bytes();
     let log_text = String::from_utf8_lossy(&stderr);
     assert!(
         log_text.contains("\"level\":\"TRACE\""),
@@ -250,10 +185,7 @@ async fn counts_never_reach_storage_or_logs(backend: Backend) {
         "the releases were logged (without their counts)"
     );
     assert_clean("the logs", &stderr);
-    assert_clean(
-        "the standard output",
-        server.stdout_lines.concat().as_bytes(),
-    );
+    assert_clean("the standard output", server.stdout_text().as_bytes());
 
     match backend {
         Backend::Sqlite => {
