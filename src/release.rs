@@ -86,12 +86,14 @@ pub struct Plan {
 pub enum PlanError {
     #[error(transparent)]
     Infeasible(#[from] CalibrationError),
-    #[error("the mechanism has no RDP guarantee at the ledger order {ledger_order} (its curve is finite only below order {max_order})")]
+    #[error("the mechanism has no RDP guarantee at the ledger order {ledger_order:?} (its curve is finite only below order {max_order:?})")]
     NoGuarantee { ledger_order: f64, max_order: f64 },
-    #[error("the mechanism costs {price} at order {order}, more than the epsilon {cap} given")]
+    #[error(
+        "the mechanism costs {price:?} at order {order:?}, more than the epsilon {cap:?} given"
+    )]
     CostExceedsCap { price: f64, cap: f64, order: f64 },
     /// The price exceeds anything the ledger can hold, so no budget admits it.
-    #[error("the mechanism costs {price} at order {order}, more than any budget")]
+    #[error("the mechanism costs {price:?} at order {order:?}, more than any budget")]
     TooExpensive { price: f64, order: f64 },
     #[error("{0}")]
     Parameter(String),
@@ -313,14 +315,21 @@ pub fn forecast(draw: &Draw, counts: &Counts) -> Option<Forecast> {
     match draw {
         Draw::Dirichlet { r, alpha } => {
             let d = counts.len();
-            Some(dirichlet_forecast(
+            let f = dirichlet_forecast(
                 *r,
                 alpha.total(d),
                 alpha.min(),
                 counts.total(),
                 d,
                 FORECAST_BETA,
-            ))
+            );
+            let finite = [f.l2_bound, f.l2_bound_confidence, f.max_cell_variance]
+                .iter()
+                .all(|v| v.is_finite())
+                && f.kl_tail
+                    .as_ref()
+                    .is_none_or(|k| k.eta.is_finite() && k.probability.is_finite());
+            finite.then_some(f)
         }
         _ => None,
     }

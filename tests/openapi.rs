@@ -2101,13 +2101,11 @@ mod reported {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "reported server bugs (see reported_server_bugs)"]
     async fn server_bugs_on_sqlite() {
         reported_server_bugs(Backend::Sqlite).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    #[ignore = "reported server bugs (see reported_server_bugs)"]
     async fn server_bugs_on_postgres() {
         reported_server_bugs(Backend::Postgres).await;
     }

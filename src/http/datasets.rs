@@ -55,10 +55,23 @@ pub struct SensitivityRequest {
 }
 
 #[derive(Deserialize, Clone, Copy)]
-#[serde(rename_all = "snake_case")]
+#[serde(try_from = "String")]
 pub enum Neighbouring {
     ReplaceOne,
     AddRemoveOne,
+}
+
+impl TryFrom<String> for Neighbouring {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        match name.as_str() {
+            "replace_one" => Ok(Neighbouring::ReplaceOne),
+            "add_remove_one" => Ok(Neighbouring::AddRemoveOne),
+            _ => Err(format!(
+                "unknown neighbouring `{name}`, expected replace_one or add_remove_one"
+            )),
+        }
+    }
 }
 
 pub(super) fn param_error(field: &str, e: ParamError) -> ApiError {
@@ -91,7 +104,15 @@ fn parse(req: CreateDataset, created_by: String) -> Result<NewDataset, ApiError>
             ));
         }
         (Some(s), None) => (
-            Sensitivity::new(s.l2_squared, s.linf).map_err(|e| param_error("sensitivity", e))?,
+            {
+                if s.linf * s.linf == 0.0 {
+                    return Err(ApiError::invalid_field(
+                        "sensitivity.linf",
+                        "linf is too small: linf² is 0 in f64",
+                    ));
+                }
+                Sensitivity::new(s.l2_squared, s.linf).map_err(|e| param_error("sensitivity", e))?
+            },
             "custom",
         ),
         (None, Some(Neighbouring::AddRemoveOne)) => (Sensitivity::ADD_REMOVE_ONE, "add_remove_one"),

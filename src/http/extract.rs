@@ -42,6 +42,12 @@ where
 
 /// Deserialize a JSON document into `T` with problem-shaped, count-free errors.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // Syntax first, so a data error never hides broken JSON after it.
+    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+        return Err(ApiError::Malformed(format!(
+            "the body is not valid JSON: {e}"
+        )));
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();

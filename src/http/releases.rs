@@ -42,8 +42,10 @@ pub fn router() -> Router<AppState> {
         .route("/v1/datasets/{id}/releases/{release_id}", get(show))
 }
 
+/// Read through a string, so a non-string value is a 422 data error, not a JSON syntax error,
+/// and serde's `{"dirichlet": null}` enum form is refused.
 #[derive(Deserialize, Serialize, Clone, Copy, PartialEq, Eq, Debug, Default)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum Kind {
     #[default]
     Dirichlet,
@@ -52,6 +54,21 @@ pub enum Kind {
     Explicit,
     Gaussian,
     Laplace,
+}
+
+impl TryFrom<String> for Kind {
+    type Error = String;
+    fn try_from(name: String) -> Result<Self, String> {
+        Ok(match name.as_str() {
+            "dirichlet" => Kind::Dirichlet,
+            "posterior" => Kind::Posterior,
+            "diffuse" => Kind::Diffuse,
+            "explicit" => Kind::Explicit,
+            "gaussian" => Kind::Gaussian,
+            "laplace" => Kind::Laplace,
+            _ => return Err(format!("unknown mechanism `{name}`, expected one of dirichlet, posterior, diffuse, explicit, gaussian, laplace")),
+        })
+    }
 }
 
 /// A number or an array of numbers.
@@ -338,6 +355,7 @@ async fn load_and_plan(
     let spec = parse_spec(req, dataset.order)?;
     let plan = release::plan(&spec, counts.len(), dataset.order, &dataset.sensitivity)
         .map_err(|e| plan_error(e, &dataset))?;
+    release::check_shapes(&plan.draw, &counts).map_err(|e| plan_error(e, &dataset))?;
     Ok(Parsed {
         dataset,
         counts,

@@ -261,9 +261,21 @@ pub trait LedgerStore: Send + Sync + 'static {
     async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
     async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError>;
 
+    /// Store a server-wide secret unless one of that name exists (then do nothing).
+    async fn insert_secret_if_absent(&self, name: &str, value: &[u8]) -> Result<(), StoreError>;
+
     /// A server-wide secret by name, created from `init` if absent (first writer wins across
-    /// replicas; every caller gets the stored value).
-    async fn secret_or_init(&self, name: &str, init: &[u8]) -> Result<Vec<u8>, StoreError>;
+    /// replicas; every caller gets the stored value, which never changes).
+    async fn secret_or_init(&self, name: &str, init: &[u8]) -> Result<Vec<u8>, StoreError> {
+        // Reading first keeps a start-up against an initialised database free of writes.
+        if let Some(value) = self.get_secret(name).await? {
+            return Ok(value);
+        }
+        self.insert_secret_if_absent(name, init).await?;
+        self.get_secret(name).await?.ok_or_else(|| {
+            StoreError::Internal("secret_or_init: the secret vanished after insertion".into())
+        })
+    }
     async fn get_secret(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// Ledger figures of every dataset (for metrics).

@@ -379,22 +379,14 @@ impl LedgerStore for PgStore {
         }))
     }
 
-    async fn secret_or_init(&self, name: &str, init: &[u8]) -> Result<Vec<u8>, StoreError> {
-        const CONTEXT: &str = "secret_or_init";
-        // Reading first keeps a start-up against an initialised database free of writes.
-        if let Some(value) = self.get_secret(name).await? {
-            return Ok(value);
-        }
-        // A stored secret never changes, so whichever insert won is what the read-back returns.
+    async fn insert_secret_if_absent(&self, name: &str, value: &[u8]) -> Result<(), StoreError> {
         sqlx::query("INSERT INTO server_secrets (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING")
             .bind(name)
-            .bind(init)
+            .bind(value)
             .execute(&self.pool)
             .await
-            .map_err(|e| store_error(CONTEXT, e))?;
-        self.get_secret(name).await?.ok_or_else(|| {
-            StoreError::Internal("secret_or_init: the secret vanished after insertion".into())
-        })
+            .map(|_| ())
+            .map_err(|e| store_error("insert_secret_if_absent", e))
     }
 
     async fn get_secret(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError> {
