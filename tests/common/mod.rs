@@ -1,4 +1,6 @@
 #![allow(dead_code)]
 
 pub mod app;
+pub mod load;
 pub mod pg;
+pub mod server;
