@@ -48,9 +48,45 @@ impl Replica {
         Replica::start_without_admin_token(name, database_url, &env, log_dir, log_level)
     }
 
+    /// One attempt at [`Replica::start`]: the error says why the process did not come up (its
+    /// exit status and the tail of its log).
+    pub fn try_start(
+        name: &str,
+        database_url: &str,
+        env: &[(&str, &str)],
+        log_dir: &Path,
+        log_level: &str,
+    ) -> Result<Replica, String> {
+        let mut env = env.to_vec();
+        env.insert(0, ("DIRICHLET_ADMIN_TOKEN", ADMIN_TOKEN));
+        let mut replica = Replica::configure(name, database_url, &env, log_dir, log_level);
+        replica.port = free_port();
+        replica.launch().map(|()| replica)
+    }
+
     /// As [`Replica::start`], without configuring an admin token (unless `env` does): the
     /// first start against a database generates one and prints it.
     pub fn start_without_admin_token(
+        name: &str,
+        database_url: &str,
+        env: &[(&str, &str)],
+        log_dir: &Path,
+        log_level: &str,
+    ) -> Replica {
+        let mut replica = Replica::configure(name, database_url, env, log_dir, log_level);
+        // A port found free may be taken before the server binds it; try a few.
+        let mut last = String::new();
+        for _ in 0..3 {
+            replica.port = free_port();
+            match replica.launch() {
+                Ok(()) => return replica,
+                Err(e) => last = e,
+            }
+        }
+        panic!("replica {name} did not start: {last}");
+    }
+
+    fn configure(
         name: &str,
         database_url: &str,
         env: &[(&str, &str)],
@@ -63,7 +99,7 @@ impl Replica {
             ("RUST_LOG".into(), log_level.into()),
         ];
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let mut replica = Replica {
+        Replica {
             name: name.into(),
             port: 0,
             env: all,
@@ -71,17 +107,7 @@ impl Replica {
             child: None,
             starts: 0,
             stdout: Arc::new(Mutex::new(Vec::new())),
-        };
-        // A port found free may be taken before the server binds it; try a few.
-        let mut last = String::new();
-        for _ in 0..3 {
-            replica.port = free_port();
-            match replica.launch() {
-                Ok(()) => return replica,
-                Err(e) => last = e,
-            }
         }
-        panic!("replica {name} did not start: {last}");
     }
 
     pub fn address(&self) -> String {
