@@ -14,7 +14,7 @@ use common::load::{
     check_ledgers, env_list, env_usize, percentiles, postgres_inconsistencies, register, report,
     schedule, tally, Answer, Driver, Outcome, Target,
 };
-use common::server::{assert_log_clean, Owner, Replica};
+use common::server::{assert_log_clean, pg_dump, Owner, Replica};
 use serde_json::json;
 
 /// The scenarios load the machine; one at a time gives honest figures.
@@ -68,13 +68,9 @@ async fn race(p: RaceParams) {
     let addresses: Vec<String> = replicas.iter().map(Replica::address).collect();
     let driver = Driver::new(addresses.clone(), p.clients, p.budget);
     let targets = targets(&driver.client, &addresses[0], &p.ks).await;
-    let requests = Arc::new(schedule(
-        p.name,
-        &targets,
-        p.releases,
-        p.hot_share,
-        p.twin_every,
-    ));
+    let requests = schedule(p.name, &targets, p.releases, p.hot_share, p.twin_every);
+    assert_more_requests_than_k(&targets, &requests);
+    let requests = Arc::new(requests);
 
     let started = Instant::now();
     let outcomes = driver.run(requests.clone()).await;
@@ -166,6 +162,36 @@ struct CrashParams {
     kill_at: Vec<usize>,
     down: Duration,
     budget: Duration,
+    log_level: &'static str,
+}
+
+const MARKER: f64 = 987_654_321.0;
+
+fn assert_no_marker(what: &str, bytes: &[u8]) {
+    assert!(
+        !String::from_utf8_lossy(bytes).contains("987654321"),
+        "{what} contains the marker count as text"
+    );
+    let le = MARKER.to_le_bytes();
+    assert!(
+        !bytes.windows(8).any(|w| w == le),
+        "{what} contains the marker count as f64 bytes"
+    );
+    let hex: String = le.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        !String::from_utf8_lossy(bytes)
+            .to_ascii_lowercase()
+            .contains(&hex),
+        "{what} contains the marker count as hex f64 bytes"
+    );
+}
+
+/// Each dataset must get more requests than it admits, or "exactly k" proves nothing.
+fn assert_more_requests_than_k(targets: &[Target], requests: &[common::load::Request]) {
+    for (d, t) in targets.iter().enumerate() {
+        let n = requests.iter().filter(|r| r.dataset == d).count();
+        assert!(n > t.k, "dataset k={} gets only {n} requests", t.k);
+    }
 }
 
 /// SIGKILL a replica mid-load and restart it: every release a client received is in the ledger,
@@ -176,14 +202,31 @@ async fn crash(p: CrashParams) {
     assert!(p.replicas >= 2);
     let database_url = common::pg::fresh_database().await;
     let logs = tempfile::tempdir().unwrap();
-    let mut replicas = start_replicas(p.replicas, &database_url, logs.path(), &[]);
+    let mut replicas: Vec<Replica> = (0..p.replicas)
+        .map(|i| {
+            Replica::start(
+                &format!("replica-{i}"),
+                &database_url,
+                &[],
+                logs.path(),
+                p.log_level,
+            )
+        })
+        .collect();
     let addresses: Vec<String> = replicas.iter().map(Replica::address).collect();
     let mut driver = Driver::new(addresses.clone(), p.clients, p.budget);
     driver.max_attempts = 50;
     driver.retry_503 = true;
     driver.backoff = Duration::from_millis(50);
     let targets = targets(&driver.client, &addresses[0], &p.ks).await;
-    let requests = Arc::new(schedule(p.name, &targets, p.releases, 50, 0));
+    let mut requests = schedule(p.name, &targets, p.releases, 50, 0);
+    assert_more_requests_than_k(&targets, &requests);
+    // Every fifth request carries the marker count, which must reach neither the database nor
+    // the trace-level logs of replicas that were killed mid-request.
+    for r in requests.iter_mut().step_by(5) {
+        r.body["counts"][0] = json!(MARKER);
+    }
+    let requests = Arc::new(requests);
 
     let started = Instant::now();
     let load = {
@@ -245,6 +288,12 @@ async fn crash(p: CrashParams) {
     for r in &replicas {
         assert_log_clean(r);
     }
+    let dump = pg_dump(&database_url);
+    assert!(String::from_utf8_lossy(&dump).contains("COPY public.releases"));
+    assert_no_marker("the pg_dump", &dump);
+    for r in &replicas {
+        assert_no_marker(&r.name, r.log().as_bytes());
+    }
     let after_restart = attempts
         .iter()
         .filter(|a| a.replica == 1 && a.answer.code().is_some())
@@ -277,6 +326,7 @@ async fn a_replica_killed_mid_load_loses_nothing() {
         kill_at: vec![20, 40, 60],
         down: Duration::from_millis(300),
         budget: Duration::from_secs(180),
+        log_level: "trace",
     })
     .await;
 }
@@ -293,11 +343,49 @@ async fn full_crash() {
         kill_at: env_list("DIRICHLET_REL_KILL_AT", &[20, 45, 70]),
         down: Duration::from_millis(env_usize("DIRICHLET_REL_DOWN_MS", 1000) as u64),
         budget: Duration::from_secs(env_usize("DIRICHLET_REL_MAX_SECS", 900) as u64),
+        log_level: "info",
     })
     .await;
 }
 
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum OutageKind {
+    /// The server is stopped (fast shutdown): connections are refused.
+    Stop,
+    /// Every process of the server is stopped with SIGSTOP: connections are accepted by the
+    /// kernel and then nothing answers, the worst case for a client.
+    Freeze,
+}
+
+/// Sends `signal` to every process of the throwaway server, by id: the postmaster and its
+/// children (each backend is a session of its own, so the process group would miss them).
+fn signal_server(server: &common::pg::Throwaway, signal: &str) {
+    let pid = std::fs::read_to_string(server.root.join("data/postmaster.pid")).unwrap();
+    let pid = pid.lines().next().unwrap().trim().to_string();
+    let out = std::process::Command::new("ps")
+        .args(["-o", "pid=", "--ppid", &pid])
+        .output()
+        .unwrap();
+    let mut pids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    // The postmaster last on STOP (no new children meanwhile), first on CONT.
+    if signal == "CONT" {
+        pids.insert(0, pid);
+    } else {
+        pids.push(pid);
+    }
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .args(&pids)
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pids:?}");
+}
+
 struct OutageParams {
+    kind: OutageKind,
     name: &'static str,
     replicas: usize,
     clients: usize,
@@ -357,11 +445,17 @@ async fn outage(p: OutageParams) {
 
     tokio::time::sleep(p.warmup).await;
     let stopping = Instant::now();
-    server.stop().await.expect("the server stops");
+    match p.kind {
+        OutageKind::Stop => server.stop().await.expect("the server stops"),
+        OutageKind::Freeze => signal_server(&server, "STOP"),
+    }
     let down = Instant::now();
     tokio::time::sleep(p.outage).await;
     let restarting = Instant::now();
-    server.restart().await.expect("the server restarts");
+    match p.kind {
+        OutageKind::Stop => server.restart().await.expect("the server restarts"),
+        OutageKind::Freeze => signal_server(&server, "CONT"),
+    }
     let up = Instant::now();
     // Recovery: the first release admitted after the server is back.
     let recovered = loop {
@@ -434,8 +528,14 @@ async fn outage(p: OutageParams) {
         .min()
         .expect("503s");
     let (p50, p99, max) = percentiles(during.iter().map(|a| a.latency).collect());
+    // A refused connection costs the pool's acquire timeout (sqlx retries refused connects until
+    // then); a frozen server costs at most the request timeout.
+    let bound = match p.kind {
+        OutageKind::Stop => ACQUIRE_TIMEOUT_MS * 3 + 500,
+        OutageKind::Freeze => REQUEST_TIMEOUT_MS + 500,
+    };
     assert!(
-        max < (ACQUIRE_TIMEOUT_MS * 3) as f64 + 500.0,
+        max < bound as f64,
         "503s come within the configured timeouts: max {max} ms"
     );
 
@@ -531,6 +631,7 @@ async fn outage(p: OutageParams) {
             "replicas": p.replicas, "clients": p.clients,
             "db_acquire_timeout_ms": ACQUIRE_TIMEOUT_MS, "request_timeout_ms": REQUEST_TIMEOUT_MS,
             "attempts": t.attempts, "created": t.created, "status_503": t.status_503,
+            "kind": format!("{:?}", p.kind),
             "stop_s": (down - stopping).as_secs_f64(),
             "outage_s": (restarting - down).as_secs_f64(),
             "first_503_after_stop_ms": first_503.saturating_duration_since(stopping).as_secs_f64() * 1000.0,
@@ -548,6 +649,7 @@ async fn outage(p: OutageParams) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_outage_fails_fast_and_recovers_without_restart() {
     outage(OutageParams {
+        kind: OutageKind::Stop,
         name: "outage (cargo test)",
         replicas: 2,
         clients: 16,
@@ -562,7 +664,37 @@ async fn postgres_outage_fails_fast_and_recovers_without_restart() {
 #[ignore = "long: scripts/reliability.sh"]
 async fn full_outage() {
     outage(OutageParams {
+        kind: OutageKind::Stop,
         name: "outage (full)",
+        replicas: env_usize("DIRICHLET_REL_REPLICAS", 3),
+        clients: env_usize("DIRICHLET_REL_CLIENTS", 64),
+        warmup: Duration::from_secs(3),
+        outage: Duration::from_secs(env_usize("DIRICHLET_REL_OUTAGE_SECS", 10) as u64),
+        after: Duration::from_secs(3),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_postgres_is_bounded_by_the_request_timeout_and_recovers() {
+    outage(OutageParams {
+        kind: OutageKind::Freeze,
+        name: "frozen database (cargo test)",
+        replicas: 2,
+        clients: 16,
+        warmup: Duration::from_millis(1500),
+        outage: Duration::from_secs(7),
+        after: Duration::from_millis(1500),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "long: scripts/reliability.sh"]
+async fn full_frozen() {
+    outage(OutageParams {
+        kind: OutageKind::Freeze,
+        name: "frozen database (full)",
         replicas: env_usize("DIRICHLET_REL_REPLICAS", 3),
         clients: env_usize("DIRICHLET_REL_CLIENTS", 64),
         warmup: Duration::from_secs(3),
