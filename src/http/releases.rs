@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::auth::Caller;
 use super::datasets::param_error;
 use super::error::ApiError;
-use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::extract::{parse_json, ApiJson, ApiPath, ApiQuery};
 use super::views::{budget_json, BudgetView, CostView, ReleaseView};
 use super::AppState;
 use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, NewRelease};
@@ -328,8 +328,34 @@ async fn load_and_plan(
         .get_dataset(id)
         .await?
         .ok_or_else(|| ApiError::not_found("dataset"))?;
-    let counts = Counts::new(req.counts.0.clone(), state.settings.max_dimension)
-        .map_err(|e| param_error("counts", e))?;
+    let (counts, plan) = plan_request(req, &dataset, state.settings.max_dimension)?;
+    Ok(Parsed {
+        dataset,
+        counts,
+        plan,
+    })
+}
+
+/// A release request body, validated and priced against a dataset's ledger: the counts and the
+/// plan that would be drawn and charged. Pure (no store, no randomness) and total: any bytes
+/// give a plan or an [`ApiError`], never a panic (`fuzz/fuzz_targets/requests.rs` holds it to
+/// that). The handlers run the same steps on the body their extractor parsed.
+pub fn plan_release(
+    body: &[u8],
+    dataset: &Dataset,
+    max_dimension: usize,
+) -> Result<(Counts, Plan), ApiError> {
+    let req: ReleaseRequest = parse_json(body)?;
+    plan_request(&req, dataset, max_dimension)
+}
+
+fn plan_request(
+    req: &ReleaseRequest,
+    dataset: &Dataset,
+    max_dimension: usize,
+) -> Result<(Counts, Plan), ApiError> {
+    let counts =
+        Counts::new(req.counts.0.clone(), max_dimension).map_err(|e| param_error("counts", e))?;
     if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
         return Err(ApiError::invalid_field(
             "counts",
@@ -338,12 +364,8 @@ async fn load_and_plan(
     }
     let spec = parse_spec(req, dataset.order)?;
     let plan = release::plan(&spec, counts.len(), dataset.order, &dataset.sensitivity)
-        .map_err(|e| plan_error(e, &dataset))?;
-    Ok(Parsed {
-        dataset,
-        counts,
-        plan,
-    })
+        .map_err(|e| plan_error(e, dataset))?;
+    Ok((counts, plan))
 }
 
 #[derive(Serialize)]
