@@ -387,7 +387,43 @@ async fn no_seed_is_accepted_or_exposed(backend: Backend) {
     assert_ne!(seen[0], seen[1], "two releases are two independent draws");
 }
 
+/// An Idempotency-Key is the retry handle of the caller that made the request. Another token on
+/// the same dataset presenting the same key is refused alike whether or not its body matches —
+/// otherwise the key would be an oracle confirming guesses of another caller's counts (a replay
+/// for the right guess, a refusal for a wrong one) without spending any budget.
+async fn idempotency_keys_are_bound_to_their_caller(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(2.0, 4.0).await;
+    let alice = app.analyst_token(&[&id]).await;
+    let bob = app.analyst_token(&[&id]).await;
+    let path = format!("/v1/datasets/{id}/releases");
+    let body = json!({"counts": [12, 0, 5], "epsilon": 0.5});
+    let first = app.post_with_key(&path, &alice, "weekly", &body).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first: Value = first.json().await.unwrap();
+    let retry = app.post_with_key(&path, &alice, "weekly", &body).await;
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(retry.json::<Value>().await.unwrap()["id"], first["id"]);
+    // The right guess and a wrong one get the same answer.
+    for (token, guess) in [
+        (&bob, json!([12, 0, 5])),
+        (&bob, json!([12, 1, 5])),
+        (&ADMIN_TOKEN.to_string(), json!([12, 0, 5])),
+    ] {
+        let guess = json!({"counts": guess, "epsilon": 0.5});
+        assert_problem(
+            app.post_with_key(&path, token, "weekly", &guess).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency-key-reused",
+        )
+        .await;
+    }
+    assert_eq!(app.budget(&id).await["releases"], 1);
+}
+
 on_both_backends!(
+    idempotency_keys_are_bound_to_their_caller,
     tokens_are_stored_only_as_digests,
     header_sections_are_bounded,
     analysts_cannot_reach_other_releases_through_their_dataset,

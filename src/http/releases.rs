@@ -430,12 +430,22 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     })
 }
 
-/// HMAC-SHA-256 of the dataset id and the canonical request under the server's key.
-fn fingerprint(key: &[u8; 32], dataset: Uuid, req: &ReleaseRequest) -> Result<[u8; 32], ApiError> {
+/// HMAC-SHA-256 of the dataset id, the caller and the canonical request under the server's key.
+/// The caller is part of it so that a key is a retry handle of the caller that made the request
+/// only: another token presenting the same key is refused whatever its body, instead of being
+/// told (by a replay) that it guessed the counts right.
+fn fingerprint(
+    key: &[u8; 32],
+    dataset: Uuid,
+    caller: &str,
+    req: &ReleaseRequest,
+) -> Result<[u8; 32], ApiError> {
     let body = serde_json::to_vec(req).map_err(|e| ApiError::Internal(e.to_string()))?;
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     mac.update(dataset.as_bytes());
+    mac.update(&(caller.len() as u64).to_le_bytes());
+    mac.update(caller.as_bytes());
     mac.update(&body);
     Ok(mac.finalize().into_bytes().into())
 }
@@ -501,7 +511,7 @@ async fn create(
     };
     let idempotency = match key {
         Some(key) => {
-            let fp = fingerprint(&state.fingerprint_key, id, &req)?;
+            let fp = fingerprint(&state.fingerprint_key, id, &caller.name(), &req)?;
             if let Some((existing, stored)) = state.store.find_by_idempotency_key(id, &key).await? {
                 return replay(&state, &dataset, existing, stored, fp).await;
             }
