@@ -139,7 +139,7 @@ async fn replicas_racing_admit_exactly_k_per_dataset() {
 #[ignore = "long: scripts/reliability.sh"]
 async fn full_race() {
     race(RaceParams {
-        name: "race (full)",
+        name: "race (long run)",
         replicas: env_usize("DIRICHLET_REL_REPLICAS", 3),
         clients: env_usize("DIRICHLET_REL_CLIENTS", 64),
         releases: env_usize("DIRICHLET_REL_RELEASES", 10_000),
@@ -335,7 +335,7 @@ async fn a_replica_killed_mid_load_loses_nothing() {
 #[ignore = "long: scripts/reliability.sh"]
 async fn full_crash() {
     crash(CrashParams {
-        name: "crash (full)",
+        name: "crash (long run)",
         replicas: env_usize("DIRICHLET_REL_REPLICAS", 3),
         clients: env_usize("DIRICHLET_REL_CLIENTS", 64),
         releases: env_usize("DIRICHLET_REL_RELEASES", 10_000),
@@ -665,7 +665,7 @@ async fn postgres_outage_fails_fast_and_recovers_without_restart() {
 async fn full_outage() {
     outage(OutageParams {
         kind: OutageKind::Stop,
-        name: "outage (full)",
+        name: "outage (long run)",
         replicas: env_usize("DIRICHLET_REL_REPLICAS", 3),
         clients: env_usize("DIRICHLET_REL_CLIENTS", 64),
         warmup: Duration::from_secs(3),
@@ -694,7 +694,7 @@ async fn frozen_postgres_is_bounded_by_the_request_timeout_and_recovers() {
 async fn full_frozen() {
     outage(OutageParams {
         kind: OutageKind::Freeze,
-        name: "frozen database (full)",
+        name: "frozen database (long run)",
         replicas: env_usize("DIRICHLET_REL_REPLICAS", 3),
         clients: env_usize("DIRICHLET_REL_CLIENTS", 64),
         warmup: Duration::from_secs(3),
