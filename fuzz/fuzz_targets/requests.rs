@@ -61,7 +61,10 @@ fuzz_target!(|data: &[u8]| {
         }
         Ok((counts, plan)) => {
             assert!(plan.price.is_finite() && plan.price >= 0.0, "{plan:?}");
-            assert!(plan.charge.to_f64() >= plan.price, "charged below the price: {plan:?}");
+            assert!(
+                plan.charge.to_f64() >= plan.price,
+                "charged below the price: {plan:?}"
+            );
             serde_json::to_string(&plan.record).expect("the mechanism record serialises");
             let mut seed = [0u8; 32];
             for (i, b) in body.iter().enumerate() {
