@@ -229,6 +229,8 @@ check(response_schema("ReleaseRejected"), problem("budget-exhausted", 422), Fals
 check(response_schema("BudgetExhausted"), problem("budget-exhausted", 409, budget=budget), True, "409")
 check(response_schema("BudgetExhausted"), problem("budget-exhausted", 409), False, "409 without budget")
 check(response_schema("ServiceUnavailable"), problem("timeout", 503), True, "timeout")
+check(response_schema("HeadersTooLarge"), problem("headers-too-large", 431), True, "431")
+check(response_schema("HeadersTooLarge"), problem("payload-too-large", 431), False, "431 with another type")
 check(response_schema("Internal"), problem("internal", 500), True, "500")
 check(response_schema("Internal"), {"title": "oops", "status": 500, "detail": "d"}, False, "problem without type")
 check(response_schema("Internal"), problem("internal", 500, trace_id="abc"), True, "extension member")
@@ -241,7 +243,7 @@ for path, item in SPEC["paths"].items():
         if method not in ("get", "post", "put", "patch", "delete"):
             continue
         codes = set(op.get("responses", {}))
-        need = {"500", "503"}
+        need = {"431", "500", "503"}
         if (path, method) not in OPEN:
             need.add("401")
             if op.get("security") == []:

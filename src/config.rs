@@ -19,6 +19,8 @@ pub struct Settings {
     pub fingerprint_key: Option<String>,
     pub max_dimension: usize,
     pub max_body_bytes: usize,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
     pub request_timeout_ms: u64,
     pub db_acquire_timeout_ms: u64,
     pub db_max_connections: u32,
@@ -93,6 +95,8 @@ impl Settings {
             "fingerprint_key",
             "max_dimension",
             "max_body_bytes",
+            "max_header_bytes",
+            "max_headers",
             "request_timeout_ms",
             "db_acquire_timeout_ms",
             "db_max_connections",
@@ -104,6 +108,8 @@ impl Settings {
         const NUMERIC_KEYS: &[&str] = &[
             "max_dimension",
             "max_body_bytes",
+            "max_header_bytes",
+            "max_headers",
             "request_timeout_ms",
             "db_acquire_timeout_ms",
             "db_max_connections",
@@ -143,6 +149,12 @@ impl Settings {
         };
         if self.max_dimension < 2 {
             return Err(invalid("max_dimension must be at least 2"));
+        }
+        if self.max_header_bytes < 1024 {
+            return Err(invalid("max_header_bytes must be at least 1024"));
+        }
+        if self.max_headers < 8 {
+            return Err(invalid("max_headers must be at least 8"));
         }
         if self.max_page_size == 0 {
             return Err(invalid("max_page_size must be at least 1"));

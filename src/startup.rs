@@ -4,6 +4,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
@@ -80,19 +83,64 @@ impl Application {
 
     /// Serve until `shutdown` resolves, then stop accepting, finish in-flight requests and wait
     /// for release tasks whose clients went away.
+    ///
+    /// HTTP/1.1 served by hyper directly (what `axum::serve` does, plus limits it cannot set):
+    /// the parser's caps on header lines and on the request head are set well above the
+    /// configured `max_headers`/`max_header_bytes`, so that the router's header check answers
+    /// an oversized request with a 431 problem document; only a head beyond the caps gets
+    /// hyper's bare 431. A client that does not finish its request head within the request
+    /// timeout is disconnected.
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let tasks = self.state.tasks.clone();
+        let settings = self.state.settings.clone();
         let app = router(self.state);
-        axum::serve(self.listener, app)
-            .with_graceful_shutdown(shutdown)
-            .await?;
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(settings.request_timeout())
+            .max_headers(parser_max_headers(&settings))
+            .max_buf_size(parser_max_head_bytes(&settings));
+        let graceful = GracefulShutdown::new();
+        let mut listener = self.listener;
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                accepted = axum::serve::Listener::accept(&mut listener) => accepted,
+                () = &mut shutdown => break,
+            };
+            tracing::trace!(%peer, "connection accepted");
+            let _ = stream.set_nodelay(true);
+            let service = TowerToHyperService::new(app.clone());
+            let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::trace!(error = %e, "connection ended with an error");
+                }
+            });
+        }
+        drop(listener);
+        graceful.shutdown().await;
         tasks.close();
         tasks.wait().await;
         Ok(())
     }
+}
+
+/// The HTTP/1 parser's cap on header lines: well above the configured limit (and never below
+/// hyper's default of 100).
+fn parser_max_headers(settings: &Settings) -> usize {
+    settings.max_headers.saturating_mul(4).max(100)
+}
+
+/// The HTTP/1 parser's cap on its read buffer, which must hold the request line and the whole
+/// header section: well above the configured limit (and never below hyper's default, ~400 KiB).
+fn parser_max_head_bytes(settings: &Settings) -> usize {
+    settings
+        .max_header_bytes
+        .saturating_mul(4)
+        .max(8192 + 4096 * 100)
 }
 
 /// The configured admin token wins. Otherwise the digest stored by an earlier start is used, or

@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::auth::Caller;
 use super::error::ApiError;
-use super::extract::{ApiJson, ApiPath};
+use super::extract::{parse_json, ApiJson, ApiPath};
 use super::views::{BudgetView, DatasetView};
 use super::AppState;
 use crate::ledger::{DpTarget, NewDataset, Units, UnitsError};
@@ -80,6 +80,12 @@ pub(super) fn param_error(field: &str, e: ParamError) -> ApiError {
 
 fn units_error(field: &str, e: UnitsError) -> ApiError {
     ApiError::invalid_field(field, format!("{field}: {e}"))
+}
+
+/// A registration body, validated and resolved to the ledger grid. Pure and total: any bytes give
+/// a dataset to store or an [`ApiError`], never a panic (fuzzed with the release bodies).
+pub fn parse_registration(body: &[u8], created_by: String) -> Result<NewDataset, ApiError> {
+    parse(parse_json(body)?, created_by)
 }
 
 /// The parsed registration: everything validated, the budget resolved to the ledger grid.

@@ -25,6 +25,11 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("the request body is larger than the configured limit")]
     PayloadTooLarge,
+    #[error("the request headers exceed the configured limit of {max_headers} header lines and {max_bytes} bytes of names and values")]
+    HeadersTooLarge {
+        max_headers: usize,
+        max_bytes: usize,
+    },
     #[error("a valid bearer token is required")]
     Unauthorized,
     #[error("this token may not perform this operation")]
@@ -91,6 +96,11 @@ impl ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload-too-large",
                 "Payload too large",
+            ),
+            HeadersTooLarge { .. } => (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "headers-too-large",
+                "Request header fields too large",
             ),
             Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
             Forbidden => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),

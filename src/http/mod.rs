@@ -1,5 +1,5 @@
 //! HTTP layer: one `router()` per resource, merged here under the shared layers (tracing,
-//! metrics, timeout, body limit, panic catching) and one problem+json error type.
+//! metrics, timeout, header and body limits, panic catching) and one problem+json error type.
 
 pub mod auth;
 pub mod datasets;
@@ -53,6 +53,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(state.clone(), header_limits))
         .layer(middleware::from_fn_with_state(state.clone(), timeout))
         .layer(middleware::from_fn_with_state(state.clone(), track))
         .layer(CatchPanicLayer::custom(|_| ApiError::Internal("a handler panicked".into()).into_response()))
@@ -67,6 +68,26 @@ pub fn router(state: AppState) -> Router {
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .with_state(state)
+}
+
+/// The header limits: more than `max_headers` header lines, or more than `max_header_bytes` of
+/// header names and values in total, is a 431 problem before any handler (or the token check)
+/// runs. The HTTP/1 parser's own caps are set above these (see `startup`), so that every
+/// oversized request within them gets this problem document rather than a bare 431.
+async fn header_limits(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if headers.len() > state.settings.max_headers || bytes > state.settings.max_header_bytes {
+        return ApiError::HeadersTooLarge {
+            max_headers: state.settings.max_headers,
+            max_bytes: state.settings.max_header_bytes,
+        }
+        .into_response();
+    }
+    next.run(req).await
 }
 
 /// The whole-request timeout, rendered as a problem (tower-http's would answer an empty 408).

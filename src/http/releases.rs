@@ -20,7 +20,7 @@ use uuid::Uuid;
 use super::auth::Caller;
 use super::datasets::param_error;
 use super::error::ApiError;
-use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::extract::{parse_json, ApiJson, ApiPath, ApiQuery};
 use super::views::{budget_json, BudgetView, CostView, ReleaseView};
 use super::AppState;
 use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, NewRelease};
@@ -344,8 +344,34 @@ async fn load_and_plan(
         .get_dataset(id)
         .await?
         .ok_or_else(|| ApiError::not_found("dataset"))?;
-    let counts = Counts::new(req.counts.0.clone(), state.settings.max_dimension)
-        .map_err(|e| param_error("counts", e))?;
+    let (counts, plan) = plan_request(req, &dataset, state.settings.max_dimension)?;
+    Ok(Parsed {
+        dataset,
+        counts,
+        plan,
+    })
+}
+
+/// A release request body, validated and priced against a dataset's ledger: the counts and the
+/// plan that would be drawn and charged. Pure (no store, no randomness) and total: any bytes
+/// give a plan or an [`ApiError`], never a panic (`fuzz/fuzz_targets/requests.rs` holds it to
+/// that). The handlers run the same steps on the body their extractor parsed.
+pub fn plan_release(
+    body: &[u8],
+    dataset: &Dataset,
+    max_dimension: usize,
+) -> Result<(Counts, Plan), ApiError> {
+    let req: ReleaseRequest = parse_json(body)?;
+    plan_request(&req, dataset, max_dimension)
+}
+
+fn plan_request(
+    req: &ReleaseRequest,
+    dataset: &Dataset,
+    max_dimension: usize,
+) -> Result<(Counts, Plan), ApiError> {
+    let counts =
+        Counts::new(req.counts.0.clone(), max_dimension).map_err(|e| param_error("counts", e))?;
     if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
         return Err(ApiError::invalid_field(
             "counts",
@@ -354,13 +380,9 @@ async fn load_and_plan(
     }
     let spec = parse_spec(req, dataset.order)?;
     let plan = release::plan(&spec, counts.len(), dataset.order, &dataset.sensitivity)
-        .map_err(|e| plan_error(e, &dataset))?;
-    release::check_shapes(&plan.draw, &counts).map_err(|e| plan_error(e, &dataset))?;
-    Ok(Parsed {
-        dataset,
-        counts,
-        plan,
-    })
+        .map_err(|e| plan_error(e, dataset))?;
+    release::check_shapes(&plan.draw, &counts).map_err(|e| plan_error(e, dataset))?;
+    Ok((counts, plan))
 }
 
 #[derive(Serialize)]
@@ -425,12 +447,22 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     })
 }
 
-/// HMAC-SHA-256 of the dataset id and the canonical request under the server's key.
-fn fingerprint(key: &[u8; 32], dataset: Uuid, req: &ReleaseRequest) -> Result<[u8; 32], ApiError> {
+/// HMAC-SHA-256 of the dataset id, the caller and the canonical request under the server's key.
+/// The caller is part of it so that a key is a retry handle of the caller that made the request
+/// only: another token presenting the same key is refused whatever its body, instead of being
+/// told (by a replay) that it guessed the counts right.
+fn fingerprint(
+    key: &[u8; 32],
+    dataset: Uuid,
+    caller: &str,
+    req: &ReleaseRequest,
+) -> Result<[u8; 32], ApiError> {
     let body = serde_json::to_vec(req).map_err(|e| ApiError::Internal(e.to_string()))?;
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     mac.update(dataset.as_bytes());
+    mac.update(&(caller.len() as u64).to_le_bytes());
+    mac.update(caller.as_bytes());
     mac.update(&body);
     Ok(mac.finalize().into_bytes().into())
 }
@@ -496,7 +528,7 @@ async fn create(
     };
     let idempotency = match key {
         Some(key) => {
-            let fp = fingerprint(&state.fingerprint_key, id, &req)?;
+            let fp = fingerprint(&state.fingerprint_key, id, &caller.name(), &req)?;
             if let Some((existing, stored)) = state.store.find_by_idempotency_key(id, &key).await? {
                 return replay(&state, &dataset, existing, stored, fp).await;
             }

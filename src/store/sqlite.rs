@@ -6,8 +6,9 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{Row, SqliteConnection};
+use sqlx::{Connection, Row, Sqlite, SqliteConnection};
 use uuid::fmt::Hyphenated;
 use uuid::Uuid;
 
@@ -93,6 +94,121 @@ async fn fetch_keyed(
         .transpose()
 }
 
+/// A connection whose transaction failed is closed rather than returned to the pool. After some
+/// failures (SQLITE_FULL or SQLITE_IOERR on COMMIT, for instance) SQLite has already rolled the
+/// transaction back; the driver's ROLLBACK on drop then fails, and the driver would go on
+/// counting the connection as inside a transaction and refuse every later `BEGIN` on it — a
+/// 500 on every release that drew that connection, long after the disk had space again.
+fn discard_on_error<T>(
+    conn: &mut PoolConnection<Sqlite>,
+    result: Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    if result.is_err() {
+        conn.close_on_drop();
+    }
+    result
+}
+
+/// The transaction of [`LedgerStore::commit_release`], on one connection.
+async fn commit_release_on(
+    conn: &mut SqliteConnection,
+    new: &NewRelease,
+) -> Result<CommitOutcome, StoreError> {
+    const CONTEXT: &str = "commit_release";
+    let fail = |e| store_error(CONTEXT, e);
+    // Taking the write lock first makes the key check, the admission and the record one
+    // serial step: no other writer can interleave, in this process or another.
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(fail)?;
+
+    if let Some(idempotency) = &new.idempotency {
+        if let Some((release, fingerprint)) =
+            fetch_keyed(&mut tx, CONTEXT, new.dataset_id, &idempotency.key).await?
+        {
+            tx.rollback().await.map_err(fail)?;
+            return Ok(CommitOutcome::Existing {
+                release,
+                fingerprint,
+            });
+        }
+    }
+
+    let charged = sqlx::query_as::<_, BudgetColumns>(
+        "UPDATE datasets SET spent_units = spent_units + $2, release_count = release_count + 1 \
+         WHERE id = $1 AND spent_units + $2 <= total_units \
+         RETURNING budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta",
+    )
+    .bind(new.dataset_id.hyphenated())
+    .bind(new.cost.raw())
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(fail)?;
+    let Some(charged) = charged else {
+        let outcome = match fetch_dataset(&mut tx, CONTEXT, new.dataset_id).await? {
+            None => CommitOutcome::DatasetNotFound,
+            Some(dataset) => CommitOutcome::Exhausted {
+                budget: dataset.budget(),
+            },
+        };
+        tx.rollback().await.map_err(fail)?;
+        return Ok(outcome);
+    };
+    let budget = BudgetState::try_from(charged)?;
+
+    let dimension = i64::try_from(new.distribution.len())
+        .map_err(|_| StoreError::Internal("commit_release: distribution too long".into()))?;
+    let created_at = now();
+    sqlx::query(
+        "INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
+                               distribution, dimension, idempotency_key, fingerprint) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(new.id.hyphenated())
+    .bind(new.dataset_id.hyphenated())
+    .bind(budget.releases)
+    .bind(created_at)
+    .bind(&new.created_by)
+    .bind(new.mechanism.to_string())
+    .bind(new.cost.raw())
+    .bind(encode_distribution(&new.distribution))
+    .bind(dimension)
+    .bind(new.idempotency.as_ref().map(|i| i.key.as_str()))
+    .bind(new.idempotency.as_ref().map(|i| &i.fingerprint[..]))
+    .execute(&mut *tx)
+    .await
+    .map_err(fail)?;
+    tx.commit().await.map_err(fail)?;
+
+    let release = committed_release(new, budget.releases, created_at);
+    Ok(CommitOutcome::Committed { release, budget })
+}
+
+/// The transaction of [`LedgerStore::create_token`], on one connection.
+async fn create_token_on(
+    conn: &mut SqliteConnection,
+    token: &TokenRecord,
+) -> Result<(), StoreError> {
+    const CONTEXT: &str = "create_token";
+    let fail = |e| store_error(CONTEXT, e);
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(fail)?;
+    sqlx::query("INSERT INTO tokens (id, secret_hash, role, created_at) VALUES ($1, $2, $3, $4)")
+        .bind(&token.id)
+        .bind(&token.secret_hash[..])
+        .bind(token.role.as_str())
+        .bind(token.created_at.trunc_subsecs(6))
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    for dataset_id in &token.datasets {
+        sqlx::query("INSERT OR IGNORE INTO token_datasets (token_id, dataset_id) VALUES ($1, $2)")
+            .bind(&token.id)
+            .bind(dataset_id.hyphenated())
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
+    }
+    tx.commit().await.map_err(fail)
+}
+
 #[async_trait]
 impl LedgerStore for SqliteStore {
     fn backend(&self) -> &'static str {
@@ -166,76 +282,13 @@ impl LedgerStore for SqliteStore {
     }
 
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
-        const CONTEXT: &str = "commit_release";
-        let fail = |e| store_error(CONTEXT, e);
-        // Taking the write lock first makes the key check, the admission and the record one
-        // serial step: no other writer can interleave, in this process or another.
-        let mut tx = self
+        let mut conn = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .acquire()
             .await
-            .map_err(fail)?;
-
-        if let Some(idempotency) = &new.idempotency {
-            if let Some((release, fingerprint)) =
-                fetch_keyed(&mut tx, CONTEXT, new.dataset_id, &idempotency.key).await?
-            {
-                tx.rollback().await.map_err(fail)?;
-                return Ok(CommitOutcome::Existing {
-                    release,
-                    fingerprint,
-                });
-            }
-        }
-
-        let charged = sqlx::query_as::<_, BudgetColumns>(
-            "UPDATE datasets SET spent_units = spent_units + $2, release_count = release_count + 1 \
-             WHERE id = $1 AND spent_units + $2 <= total_units \
-             RETURNING budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta",
-        )
-        .bind(new.dataset_id.hyphenated())
-        .bind(new.cost.raw())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(fail)?;
-        let Some(charged) = charged else {
-            let outcome = match fetch_dataset(&mut tx, CONTEXT, new.dataset_id).await? {
-                None => CommitOutcome::DatasetNotFound,
-                Some(dataset) => CommitOutcome::Exhausted {
-                    budget: dataset.budget(),
-                },
-            };
-            tx.rollback().await.map_err(fail)?;
-            return Ok(outcome);
-        };
-        let budget = BudgetState::try_from(charged)?;
-
-        let dimension = i64::try_from(new.distribution.len())
-            .map_err(|_| StoreError::Internal("commit_release: distribution too long".into()))?;
-        let created_at = now();
-        sqlx::query(
-            "INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
-                                   distribution, dimension, idempotency_key, fingerprint) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-        )
-        .bind(new.id.hyphenated())
-        .bind(new.dataset_id.hyphenated())
-        .bind(budget.releases)
-        .bind(created_at)
-        .bind(&new.created_by)
-        .bind(new.mechanism.to_string())
-        .bind(new.cost.raw())
-        .bind(encode_distribution(&new.distribution))
-        .bind(dimension)
-        .bind(new.idempotency.as_ref().map(|i| i.key.as_str()))
-        .bind(new.idempotency.as_ref().map(|i| &i.fingerprint[..]))
-        .execute(&mut *tx)
-        .await
-        .map_err(fail)?;
-        tx.commit().await.map_err(fail)?;
-
-        let release = committed_release(new, budget.releases, created_at);
-        Ok(CommitOutcome::Committed { release, budget })
+            .map_err(|e| store_error("commit_release", e))?;
+        let result = commit_release_on(&mut conn, new).await;
+        discard_on_error(&mut conn, result)
     }
 
     async fn find_by_idempotency_key(
@@ -293,34 +346,13 @@ impl LedgerStore for SqliteStore {
     }
 
     async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
-        const CONTEXT: &str = "create_token";
-        let fail = |e| store_error(CONTEXT, e);
-        let mut tx = self
+        let mut conn = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .acquire()
             .await
-            .map_err(fail)?;
-        sqlx::query(
-            "INSERT INTO tokens (id, secret_hash, role, created_at) VALUES ($1, $2, $3, $4)",
-        )
-        .bind(&token.id)
-        .bind(&token.secret_hash[..])
-        .bind(token.role.as_str())
-        .bind(token.created_at.trunc_subsecs(6))
-        .execute(&mut *tx)
-        .await
-        .map_err(fail)?;
-        for dataset_id in &token.datasets {
-            sqlx::query(
-                "INSERT OR IGNORE INTO token_datasets (token_id, dataset_id) VALUES ($1, $2)",
-            )
-            .bind(&token.id)
-            .bind(dataset_id.hyphenated())
-            .execute(&mut *tx)
-            .await
-            .map_err(fail)?;
-        }
-        tx.commit().await.map_err(fail)
+            .map_err(|e| store_error("create_token", e))?;
+        let result = create_token_on(&mut conn, token).await;
+        discard_on_error(&mut conn, result)
     }
 
     async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError> {

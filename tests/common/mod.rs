@@ -2,4 +2,6 @@
 
 pub mod app;
 pub mod binary;
+pub mod load;
 pub mod pg;
+pub mod server;

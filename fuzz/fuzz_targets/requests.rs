@@ -1,0 +1,84 @@
+//! Request parsing and validation on arbitrary bytes: the release body (parsed, validated,
+//! calibrated and priced by `plan_release`, then drawn) and the dataset registration body.
+//! Never a panic; every refusal renders as a problem document; every admitted plan charges at
+//! least its price and draws a finite probability vector.
+//!
+//! Input layout: byte 0 picks the body kind (bit 0), the dataset's ledger order (bits 1-3) and
+//! neighbouring relation (bits 4-5); the rest is the body.
+
+#![no_main]
+
+use dirichlet_release::http::datasets::parse_registration;
+use dirichlet_release::http::error::problem_response;
+use dirichlet_release::http::releases::plan_release;
+use dirichlet_release::ledger::{Dataset, Units};
+use dirichlet_release::privacy::{Order, Sensitivity};
+use dirichlet_release::release;
+use libfuzzer_sys::fuzz_target;
+use rand::SeedableRng;
+
+const ORDERS: [f64; 8] = [1.01, 1.5, 2.0, 3.0, 5.0, 8.0, 32.0, 256.0];
+/// Small enough that a draw per input stays fast.
+const MAX_DIMENSION: usize = 64;
+
+fn dataset(selector: u8) -> Dataset {
+    let sensitivity = match (selector >> 4) & 3 {
+        0 => Sensitivity::REPLACE_ONE,
+        1 => Sensitivity::ADD_REMOVE_ONE,
+        2 => Sensitivity::new(8.0, 2.0).expect("a valid sensitivity"),
+        _ => Sensitivity::new(0.5, 0.5).expect("a valid sensitivity"),
+    };
+    Dataset {
+        id: uuid::Uuid::nil(),
+        name: "fuzz".into(),
+        order: Order::new(ORDERS[usize::from((selector >> 1) & 7)]).expect("a valid order"),
+        total: Units::floor(4.0).expect("a valid budget"),
+        dp_target: None,
+        sensitivity,
+        neighbouring: "replace_one".into(),
+        created_at: chrono::DateTime::UNIX_EPOCH,
+        created_by: "fuzz".into(),
+        spent: Units::ZERO,
+        releases: 0,
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&selector, body)) = data.split_first() else {
+        return;
+    };
+    if selector & 1 == 0 {
+        if let Err(e) = parse_registration(body, "fuzz".into()) {
+            let _ = problem_response(&e);
+        }
+        return;
+    }
+    let dataset = dataset(selector);
+    match plan_release(body, &dataset, MAX_DIMENSION) {
+        Err(e) => {
+            let response = problem_response(&e);
+            assert!(response.status().is_client_error(), "{e:?}");
+        }
+        Ok((counts, plan)) => {
+            assert!(plan.price.is_finite() && plan.price >= 0.0, "{plan:?}");
+            assert!(
+                plan.charge.to_f64() >= plan.price,
+                "charged below the price: {plan:?}"
+            );
+            serde_json::to_string(&plan.record).expect("the mechanism record serialises");
+            let mut seed = [0u8; 32];
+            for (i, b) in body.iter().enumerate() {
+                seed[i % 32] ^= b.rotate_left(i as u32 % 8);
+            }
+            let mut rng = rand::rngs::ChaCha20Rng::from_seed(seed);
+            let y = release::execute(&plan.draw, &counts, &mut rng);
+            assert_eq!(y.len(), counts.len());
+            assert!(
+                y.iter().all(|v| v.is_finite() && (0.0..=1.0).contains(v)),
+                "not a probability vector: {plan:?}"
+            );
+            let sum: f64 = y.iter().sum();
+            assert!((sum - 1.0).abs() < 1e-9, "sums to {sum}: {plan:?}");
+        }
+    }
+});

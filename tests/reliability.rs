@@ -1,0 +1,705 @@
+//! The ledger cannot be overspent or lose a release: the real binary, several replicas on one
+//! PostgreSQL database, many concurrent clients, a replica killed with SIGKILL mid-load, and the
+//! database stopped under load. Each scenario runs scaled down in `cargo test` and at full size
+//! as an `#[ignore]`d test that `scripts/reliability.sh` runs (sizes from `DIRICHLET_REL_*`).
+//! Figures are printed as `RELIABILITY {json}` lines (RELIABILITY.md has the measured ones).
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::load::{
+    check_ledgers, env_list, env_usize, percentiles, postgres_inconsistencies, register, report,
+    schedule, tally, Answer, Driver, Outcome, Target,
+};
+use common::server::{assert_log_clean, pg_dump, Owner, Replica};
+use serde_json::json;
+
+/// The scenarios load the machine; one at a time gives honest figures.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Costs cycle through powers of two, so every budget k·cost and every sum is exact.
+const COSTS: [f64; 3] = [0.125, 0.0625, 0.25];
+
+async fn targets(client: &reqwest::Client, address: &str, ks: &[usize]) -> Vec<Target> {
+    let mut targets = Vec::new();
+    for (i, k) in ks.iter().enumerate() {
+        targets.push(register(client, address, *k, COSTS[i % COSTS.len()]).await);
+    }
+    targets
+}
+
+fn start_replicas(
+    n: usize,
+    database_url: &str,
+    logs: &std::path::Path,
+    env: &[(&str, &str)],
+) -> Vec<Replica> {
+    (0..n)
+        .map(|i| Replica::start(&format!("replica-{i}"), database_url, env, logs, "info"))
+        .collect()
+}
+
+struct RaceParams {
+    name: &'static str,
+    replicas: usize,
+    clients: usize,
+    releases: usize,
+    /// The first is the hot dataset, which gets `hot_share` percent of the requests.
+    ks: Vec<usize>,
+    hot_share: usize,
+    twin_every: usize,
+    budget: Duration,
+}
+
+/// Replicas racing for the same budgets: exactly k releases per dataset, everything else 409,
+/// the ledger equal to what the clients received.
+async fn race(p: RaceParams) {
+    let _serial = SERIAL.lock().await;
+    assert!(
+        p.ks.iter().sum::<usize>() < p.releases,
+        "more requests than admissions"
+    );
+    let database_url = common::pg::fresh_database().await;
+    let logs = tempfile::tempdir().unwrap();
+    let replicas = start_replicas(p.replicas, &database_url, logs.path(), &[]);
+    let addresses: Vec<String> = replicas.iter().map(Replica::address).collect();
+    let driver = Driver::new(addresses.clone(), p.clients, p.budget);
+    let targets = targets(&driver.client, &addresses[0], &p.ks).await;
+    let requests = schedule(p.name, &targets, p.releases, p.hot_share, p.twin_every);
+    assert_more_requests_than_k(&targets, &requests);
+    let requests = Arc::new(requests);
+
+    let started = Instant::now();
+    let outcomes = driver.run(requests.clone()).await;
+    let duration = started.elapsed();
+    assert_eq!(
+        driver.done.load(Ordering::Relaxed),
+        requests.len(),
+        "every request ran within the time budget"
+    );
+    let attempts = driver.attempts.lock().unwrap().clone();
+    let t = tally(&outcomes, &attempts);
+    assert!(
+        attempts
+            .iter()
+            .all(|a| matches!(a.answer.code(), Some(201 | 409))),
+        "every answer is 201 or 409: {t:?}"
+    );
+    let figures = check_ledgers(
+        &driver.client,
+        &addresses[1 % addresses.len()],
+        &targets,
+        &requests,
+        &outcomes,
+        true,
+    )
+    .await;
+    assert_eq!(
+        postgres_inconsistencies(&database_url).await,
+        Vec::<String>::new()
+    );
+    for r in &replicas {
+        assert_log_clean(r);
+    }
+    let (p50, p99, max) = percentiles(attempts.iter().map(|a| a.latency).collect());
+    report(
+        p.name,
+        json!({
+            "replicas": p.replicas, "clients": p.clients, "requests": requests.len(),
+            "twins": requests.iter().filter(|r| r.twin).count(),
+            "attempts": t.attempts, "created": figures.iter().map(|f| f.created).sum::<usize>(),
+            "refused_409": t.refused, "replayed": t.replayed,
+            "duration_s": duration.as_secs_f64(),
+            "requests_per_s": t.attempts as f64 / duration.as_secs_f64(),
+            "latency_ms": {"p50": p50, "p99": p99, "max": max},
+            "datasets": figures,
+        }),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_racing_admit_exactly_k_per_dataset() {
+    race(RaceParams {
+        name: "race (cargo test)",
+        replicas: 3,
+        clients: 32,
+        releases: 2000,
+        ks: vec![120, 1, 5, 25, 60],
+        hot_share: 50,
+        twin_every: 50,
+        budget: Duration::from_secs(120),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "long: scripts/reliability.sh"]
+async fn full_race() {
+    race(RaceParams {
+        name: "race (long run)",
+        replicas: env_usize("DIRICHLET_REL_REPLICAS", 3),
+        clients: env_usize("DIRICHLET_REL_CLIENTS", 64),
+        releases: env_usize("DIRICHLET_REL_RELEASES", 10_000),
+        ks: env_list("DIRICHLET_REL_KS", &[1000, 1, 10, 50, 200, 400]),
+        hot_share: env_usize("DIRICHLET_REL_HOT_SHARE", 50),
+        twin_every: env_usize("DIRICHLET_REL_TWIN_EVERY", 50),
+        budget: Duration::from_secs(env_usize("DIRICHLET_REL_MAX_SECS", 900) as u64),
+    })
+    .await;
+}
+
+struct CrashParams {
+    name: &'static str,
+    replicas: usize,
+    clients: usize,
+    releases: usize,
+    ks: Vec<usize>,
+    /// Kill replica 1 with SIGKILL after this percentage of the requests (each entry one kill,
+    /// of replicas 1, 2, 1, …), restarting it `down` later.
+    kill_at: Vec<usize>,
+    down: Duration,
+    budget: Duration,
+    log_level: &'static str,
+}
+
+const MARKER: f64 = 987_654_321.0;
+
+fn assert_no_marker(what: &str, bytes: &[u8]) {
+    assert!(
+        !String::from_utf8_lossy(bytes).contains("987654321"),
+        "{what} contains the marker count as text"
+    );
+    let le = MARKER.to_le_bytes();
+    assert!(
+        !bytes.windows(8).any(|w| w == le),
+        "{what} contains the marker count as f64 bytes"
+    );
+    let hex: String = le.iter().map(|b| format!("{b:02x}")).collect();
+    assert!(
+        !String::from_utf8_lossy(bytes)
+            .to_ascii_lowercase()
+            .contains(&hex),
+        "{what} contains the marker count as hex f64 bytes"
+    );
+}
+
+/// Each dataset must get more requests than it admits, or "exactly k" proves nothing.
+fn assert_more_requests_than_k(targets: &[Target], requests: &[common::load::Request]) {
+    for (d, t) in targets.iter().enumerate() {
+        let n = requests.iter().filter(|r| r.dataset == d).count();
+        assert!(n > t.k, "dataset k={} gets only {n} requests", t.k);
+    }
+}
+
+/// SIGKILL a replica mid-load and restart it: every release a client received is in the ledger,
+/// no ledger row lacks its charge, and — because clients retry with their Idempotency-Key —
+/// every committed release reaches its client and each dataset still admits exactly k.
+async fn crash(p: CrashParams) {
+    let _serial = SERIAL.lock().await;
+    assert!(p.replicas >= 2);
+    let database_url = common::pg::fresh_database().await;
+    let logs = tempfile::tempdir().unwrap();
+    let mut replicas: Vec<Replica> = (0..p.replicas)
+        .map(|i| {
+            Replica::start(
+                &format!("replica-{i}"),
+                &database_url,
+                &[],
+                logs.path(),
+                p.log_level,
+            )
+        })
+        .collect();
+    let addresses: Vec<String> = replicas.iter().map(Replica::address).collect();
+    let mut driver = Driver::new(addresses.clone(), p.clients, p.budget);
+    driver.max_attempts = 50;
+    driver.retry_503 = true;
+    driver.backoff = Duration::from_millis(50);
+    let targets = targets(&driver.client, &addresses[0], &p.ks).await;
+    let mut requests = schedule(p.name, &targets, p.releases, 50, 0);
+    assert_more_requests_than_k(&targets, &requests);
+    // Every fifth request carries the marker count, which must reach neither the database nor
+    // the trace-level logs of replicas that were killed mid-request.
+    for r in requests.iter_mut().step_by(5) {
+        r.body["counts"][0] = json!(MARKER);
+    }
+    let requests = Arc::new(requests);
+
+    let started = Instant::now();
+    let load = {
+        let (driver, requests) = (driver.clone(), requests.clone());
+        tokio::spawn(async move { driver.run(requests).await })
+    };
+    let mut kills = Vec::new();
+    for (n, percent) in p.kill_at.iter().enumerate() {
+        let victim = 1 + n % (p.replicas - 1);
+        let threshold = requests.len() * percent / 100;
+        while driver.done.load(Ordering::Relaxed) < threshold {
+            assert!(!load.is_finished(), "the load ended before the kill");
+            assert!(started.elapsed() < p.budget, "the load stalled");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let at = started.elapsed();
+        replicas[victim].kill9();
+        tokio::time::sleep(p.down).await;
+        let restart = Instant::now();
+        replicas[victim].restart();
+        kills.push(json!({
+            "replica": victim, "at_s": at.as_secs_f64(),
+            "done_at_kill": threshold, "restart_s": restart.elapsed().as_secs_f64(),
+        }));
+    }
+    let outcomes = load.await.unwrap();
+    let duration = started.elapsed();
+    assert_eq!(driver.done.load(Ordering::Relaxed), requests.len());
+    let attempts = driver.attempts.lock().unwrap().clone();
+    let t = tally(&outcomes, &attempts);
+    // Only kills may disturb the answers: 201, 409, or no answer from the dead replica (and
+    // 503 while a connection it held is being replaced).
+    for a in &attempts {
+        match &a.answer {
+            Answer::Status { code, .. } => assert!(
+                [201, 409, 503].contains(code),
+                "unexpected status {code}: {t:?}"
+            ),
+            Answer::Transport(_) => {}
+        }
+    }
+    assert!(
+        t.transport_failures > 0,
+        "the kills interrupted requests: {t:?}"
+    );
+    let figures = check_ledgers(
+        &driver.client,
+        &addresses[0],
+        &targets,
+        &requests,
+        &outcomes,
+        true,
+    )
+    .await;
+    assert_eq!(
+        postgres_inconsistencies(&database_url).await,
+        Vec::<String>::new()
+    );
+    for r in &replicas {
+        assert_log_clean(r);
+    }
+    let dump = pg_dump(&database_url);
+    assert!(String::from_utf8_lossy(&dump).contains("COPY public.releases"));
+    assert_no_marker("the pg_dump", &dump);
+    for r in &replicas {
+        assert_no_marker(&r.name, r.log().as_bytes());
+    }
+    let after_restart = attempts
+        .iter()
+        .filter(|a| a.replica == 1 && a.answer.code().is_some())
+        .count();
+    assert!(after_restart > 0, "the restarted replica served");
+    report(
+        p.name,
+        json!({
+            "replicas": p.replicas, "clients": p.clients, "requests": requests.len(),
+            "kills": kills, "attempts": t.attempts,
+            "transport_failures": t.transport_failures,
+            "interrupted_in_flight": attempts.iter().filter(|a| matches!(&a.answer, Answer::Transport(k) if k != "connect")).count(),
+            "status_503": t.status_503,
+            "replayed_after_retry": t.replayed,
+            "created": figures.iter().map(|f| f.created).sum::<usize>(),
+            "refused_409": t.refused, "duration_s": duration.as_secs_f64(),
+            "datasets": figures,
+        }),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_load_loses_nothing() {
+    crash(CrashParams {
+        name: "crash (cargo test)",
+        replicas: 3,
+        clients: 32,
+        releases: 2000,
+        ks: vec![400, 3, 150],
+        kill_at: vec![20, 40, 60],
+        down: Duration::from_millis(300),
+        budget: Duration::from_secs(180),
+        log_level: "trace",
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "long: scripts/reliability.sh"]
+async fn full_crash() {
+    crash(CrashParams {
+        name: "crash (long run)",
+        replicas: env_usize("DIRICHLET_REL_REPLICAS", 3),
+        clients: env_usize("DIRICHLET_REL_CLIENTS", 64),
+        releases: env_usize("DIRICHLET_REL_RELEASES", 10_000),
+        ks: env_list("DIRICHLET_REL_KS", &[2000, 1, 10, 100, 400, 800]),
+        kill_at: env_list("DIRICHLET_REL_KILL_AT", &[20, 45, 70]),
+        down: Duration::from_millis(env_usize("DIRICHLET_REL_DOWN_MS", 1000) as u64),
+        budget: Duration::from_secs(env_usize("DIRICHLET_REL_MAX_SECS", 900) as u64),
+        log_level: "info",
+    })
+    .await;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum OutageKind {
+    /// The server is stopped (fast shutdown): connections are refused.
+    Stop,
+    /// Every process of the server is stopped with SIGSTOP: connections are accepted by the
+    /// kernel and then nothing answers, the worst case for a client.
+    Freeze,
+}
+
+/// Sends `signal` to every process of the throwaway server, by id: the postmaster and its
+/// children (each backend is a session of its own, so the process group would miss them).
+fn signal_server(server: &common::pg::Throwaway, signal: &str) {
+    let pid = std::fs::read_to_string(server.root.join("data/postmaster.pid")).unwrap();
+    let pid = pid.lines().next().unwrap().trim().to_string();
+    let out = std::process::Command::new("ps")
+        .args(["-o", "pid=", "--ppid", &pid])
+        .output()
+        .unwrap();
+    let mut pids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    // The postmaster last on STOP (no new children meanwhile), first on CONT.
+    if signal == "CONT" {
+        pids.insert(0, pid);
+    } else {
+        pids.push(pid);
+    }
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .args(&pids)
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pids:?}");
+}
+
+struct OutageParams {
+    kind: OutageKind,
+    name: &'static str,
+    replicas: usize,
+    clients: usize,
+    warmup: Duration,
+    outage: Duration,
+    after: Duration,
+}
+
+const ACQUIRE_TIMEOUT_MS: u64 = 1000;
+const REQUEST_TIMEOUT_MS: u64 = 5000;
+
+/// Stop PostgreSQL (a throwaway server) under load: every request fails fast with a 503
+/// problem and Retry-After, nothing is charged without a release, and the same processes serve
+/// again once the server is back. Requests whose answer was lost are then retried with their
+/// keys: each gets its release, so the outage lost nothing.
+async fn outage(p: OutageParams) {
+    let _serial = SERIAL.lock().await;
+    let owner = Owner::spawn();
+    let server = common::pg::Throwaway::start(owner.pid())
+        .await
+        .expect("a throwaway PostgreSQL server starts");
+    let database_url = common::pg::create_database(&server.admin_url)
+        .await
+        .unwrap();
+    let logs = tempfile::tempdir().unwrap();
+    let acquire = ACQUIRE_TIMEOUT_MS.to_string();
+    let request_timeout = REQUEST_TIMEOUT_MS.to_string();
+    let mut replicas = start_replicas(
+        p.replicas,
+        &database_url,
+        logs.path(),
+        &[
+            ("DIRICHLET_DB_ACQUIRE_TIMEOUT_MS", &acquire),
+            ("DIRICHLET_REQUEST_TIMEOUT_MS", &request_timeout),
+        ],
+    );
+    let pids: Vec<_> = replicas.iter().map(Replica::pid).collect();
+    let addresses: Vec<String> = replicas.iter().map(Replica::address).collect();
+    let mut driver = Driver::new(
+        addresses.clone(),
+        p.clients,
+        p.warmup + p.outage + p.after + Duration::from_secs(120),
+    );
+    // One attempt per request: every answer during the outage is on the record.
+    driver.max_attempts = 1;
+    driver.attempt_timeout = Duration::from_millis(REQUEST_TIMEOUT_MS + 5000);
+    // Budgets far beyond the load: every release the database takes is admitted.
+    let targets = targets(&driver.client, &addresses[0], &[60_000, 60_000]).await;
+    for t in &targets {
+        assert!(t.cost <= 0.125);
+    }
+    let requests = Arc::new(schedule(p.name, &targets, 60_000, 50, 0));
+    let load = {
+        let (driver, requests) = (driver.clone(), requests.clone());
+        tokio::spawn(async move { driver.run(requests).await })
+    };
+
+    tokio::time::sleep(p.warmup).await;
+    let stopping = Instant::now();
+    match p.kind {
+        OutageKind::Stop => server.stop().await.expect("the server stops"),
+        OutageKind::Freeze => signal_server(&server, "STOP"),
+    }
+    let down = Instant::now();
+    tokio::time::sleep(p.outage).await;
+    let restarting = Instant::now();
+    match p.kind {
+        OutageKind::Stop => server.restart().await.expect("the server restarts"),
+        OutageKind::Freeze => signal_server(&server, "CONT"),
+    }
+    let up = Instant::now();
+    // Recovery: the first release admitted after the server is back.
+    let recovered = loop {
+        let first = driver
+            .attempts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| a.started >= up && a.answer.code() == Some(201))
+            .map(|a| a.started + a.latency)
+            .min();
+        if let Some(at) = first {
+            break at;
+        }
+        assert!(
+            up.elapsed() < Duration::from_secs(30),
+            "the service recovered"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    tokio::time::sleep(p.after).await;
+    driver.stop.store(true, Ordering::Relaxed);
+    let outcomes = load.await.unwrap();
+    let attempts = driver.attempts.lock().unwrap().clone();
+    let t = tally(&outcomes, &attempts);
+
+    // Every answer: 201, or a 503 problem with Retry-After; nothing slower than the timeout.
+    let mut during = Vec::new();
+    for a in &attempts {
+        match &a.answer {
+            Answer::Status { code: 201, .. } => {}
+            Answer::Status {
+                code: 503,
+                content_type,
+                problem_type,
+                retry_after,
+                ..
+            } => {
+                assert_eq!(content_type, "application/problem+json");
+                assert!(
+                    matches!(
+                        problem_type.as_deref(),
+                        Some("/problems/service-unavailable" | "/problems/timeout")
+                    ),
+                    "{problem_type:?}"
+                );
+                assert_eq!(retry_after.as_deref(), Some("1"));
+            }
+            other => panic!("unexpected answer during the outage test: {other:?} ({t:?})"),
+        }
+        assert!(
+            a.latency < Duration::from_millis(REQUEST_TIMEOUT_MS + 500),
+            "an answer took {:?}",
+            a.latency
+        );
+        // Requests that started once the server was down and ended before it was back.
+        if a.started >= down && a.started + a.latency <= restarting {
+            during.push(a);
+        }
+    }
+    assert!(!during.is_empty(), "requests ran during the outage");
+    assert!(
+        during.iter().all(|a| a.answer.code() == Some(503)),
+        "nothing succeeds without the database"
+    );
+    let first_503 = attempts
+        .iter()
+        .filter(|a| a.answer.code() == Some(503))
+        .map(|a| a.started + a.latency)
+        .min()
+        .expect("503s");
+    let (p50, p99, max) = percentiles(during.iter().map(|a| a.latency).collect());
+    // A refused connection costs the pool's acquire timeout (sqlx retries refused connects until
+    // then); a frozen server costs at most the request timeout.
+    let bound = match p.kind {
+        OutageKind::Stop => ACQUIRE_TIMEOUT_MS * 3 + 500,
+        OutageKind::Freeze => REQUEST_TIMEOUT_MS + 500,
+    };
+    assert!(
+        max < bound as f64,
+        "503s come within the configured timeouts: max {max} ms"
+    );
+
+    // The same processes served throughout.
+    for (r, pid) in replicas.iter_mut().zip(&pids) {
+        assert!(r.is_running(), "{} is still running", r.name);
+        assert_eq!(r.pid(), *pid, "{} was not restarted", r.name);
+        assert_eq!(r.starts, 1);
+        assert!(!r.log().contains("panicked"), "{} panicked", r.name);
+    }
+
+    // Nothing charged without a release, and every release received is stored.
+    let before = check_ledgers(
+        &driver.client,
+        &addresses[0],
+        &targets,
+        &requests,
+        &outcomes,
+        false,
+    )
+    .await;
+    assert_eq!(
+        postgres_inconsistencies(&database_url).await,
+        Vec::<String>::new()
+    );
+    let unacknowledged: usize = before.iter().map(|f| f.unacknowledged).sum();
+
+    // Retry, with the same key, every request that got no release: a release committed just
+    // as the database went away is returned now (replayed), never drawn twice.
+    let mut retried = Vec::new();
+    let mut replayed = 0;
+    let failed: Vec<usize> = outcomes
+        .iter()
+        .filter(|(_, o)| matches!(o, Outcome::GaveUp(_)))
+        .map(|(i, _)| *i)
+        .collect();
+    let mut retry_driver = Driver::new(addresses.clone(), 1, Duration::from_secs(120));
+    retry_driver.max_attempts = 5;
+    retry_driver.retry_503 = true;
+    retry_driver.backoff = Duration::from_millis(200);
+    let retry_requests: Vec<_> = failed.iter().map(|i| requests[*i].clone()).collect();
+    for chunk in retry_requests.chunks(256) {
+        let chunk = Arc::new(chunk.to_vec());
+        let mut d = retry_driver.clone();
+        d.clients = 16;
+        d.attempts = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let got = d.run(chunk.clone()).await;
+        for a in d.attempts.lock().unwrap().iter() {
+            if let Answer::Status {
+                code: 201,
+                replayed: true,
+                ..
+            } = a.answer
+            {
+                replayed += 1;
+            }
+        }
+        for (j, o) in got {
+            assert!(
+                matches!(o, Outcome::Created(_)),
+                "a retry after recovery gets its release: {o:?}"
+            );
+            retried.push((chunk[j].index, o));
+        }
+    }
+    let mut all = outcomes.clone();
+    all.retain(|(_, o)| !matches!(o, Outcome::GaveUp(_)));
+    all.extend(retried);
+    let after = check_ledgers(
+        &driver.client,
+        &addresses[1 % addresses.len()],
+        &targets,
+        &requests,
+        &all,
+        false,
+    )
+    .await;
+    assert_eq!(
+        after.iter().map(|f| f.unacknowledged).sum::<usize>(),
+        0,
+        "after the retries, every stored release has reached its client"
+    );
+    assert_eq!(
+        replayed, unacknowledged,
+        "each lost answer came back as a replay"
+    );
+    for r in &replicas {
+        assert_log_clean(r);
+    }
+    report(
+        p.name,
+        json!({
+            "replicas": p.replicas, "clients": p.clients,
+            "db_acquire_timeout_ms": ACQUIRE_TIMEOUT_MS, "request_timeout_ms": REQUEST_TIMEOUT_MS,
+            "attempts": t.attempts, "created": t.created, "status_503": t.status_503,
+            "kind": format!("{:?}", p.kind),
+            "stop_s": (down - stopping).as_secs_f64(),
+            "outage_s": (restarting - down).as_secs_f64(),
+            "first_503_after_stop_ms": first_503.saturating_duration_since(stopping).as_secs_f64() * 1000.0,
+            "during_outage": {"requests": during.len(), "latency_ms": {"p50": p50, "p99": p99, "max": max}},
+            "restart_s": (up - restarting).as_secs_f64(),
+            "recovery_after_server_up_ms": recovered.saturating_duration_since(up).as_secs_f64() * 1000.0,
+            "unacknowledged_commits": unacknowledged,
+            "recovered_by_retry_with_key": replayed,
+        }),
+    );
+    drop(replicas);
+    drop(owner);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_outage_fails_fast_and_recovers_without_restart() {
+    outage(OutageParams {
+        kind: OutageKind::Stop,
+        name: "outage (cargo test)",
+        replicas: 2,
+        clients: 16,
+        warmup: Duration::from_millis(1500),
+        outage: Duration::from_secs(3),
+        after: Duration::from_millis(1500),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "long: scripts/reliability.sh"]
+async fn full_outage() {
+    outage(OutageParams {
+        kind: OutageKind::Stop,
+        name: "outage (long run)",
+        replicas: env_usize("DIRICHLET_REL_REPLICAS", 3),
+        clients: env_usize("DIRICHLET_REL_CLIENTS", 64),
+        warmup: Duration::from_secs(3),
+        outage: Duration::from_secs(env_usize("DIRICHLET_REL_OUTAGE_SECS", 10) as u64),
+        after: Duration::from_secs(3),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_postgres_is_bounded_by_the_request_timeout_and_recovers() {
+    outage(OutageParams {
+        kind: OutageKind::Freeze,
+        name: "frozen database (cargo test)",
+        replicas: 2,
+        clients: 16,
+        warmup: Duration::from_millis(1500),
+        outage: Duration::from_secs(7),
+        after: Duration::from_millis(1500),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "long: scripts/reliability.sh"]
+async fn full_frozen() {
+    outage(OutageParams {
+        kind: OutageKind::Freeze,
+        name: "frozen database (long run)",
+        replicas: env_usize("DIRICHLET_REL_REPLICAS", 3),
+        clients: env_usize("DIRICHLET_REL_CLIENTS", 64),
+        warmup: Duration::from_secs(3),
+        outage: Duration::from_secs(env_usize("DIRICHLET_REL_OUTAGE_SECS", 10) as u64),
+        after: Duration::from_secs(3),
+    })
+    .await;
+}
