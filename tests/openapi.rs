@@ -1723,6 +1723,20 @@ async fn every_response_matches_the_description(backend: Backend) {
         assert!(checked.headers.contains_key("retry-after"));
     }
 
+    // ---------------------------------------------------------------- 431 on every operation
+    let padding = "p".repeat(20_000);
+    for operation in spec.operations() {
+        let path = operation
+            .path
+            .replace("{id}", &tight_dataset)
+            .replace("{release_id}", &uuid::Uuid::new_v4().to_string());
+        tight_api
+            .call(&operation.id, &path)
+            .header("x-padding", &padding)
+            .problem(431, "headers-too-large")
+            .await;
+    }
+
     // ---------------------------------------------------------------- everything was seen
     let seen = spec.seen.lock().unwrap().clone();
     let mut missing = Vec::new();
