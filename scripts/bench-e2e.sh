@@ -78,7 +78,8 @@ body="{\"counts\": [$counts], \"epsilon\": 0.01}"
 mechanism=$(curl -sSf -X POST "$base/v1/datasets/$hot/releases" -H "Authorization: Bearer $bearer" \
   -H 'Content-Type: application/json' -d "$body" | jq -c .mechanism)
 
-# wrk script: $1 = dataset ids (space separated), $2 = per-request delay in ms (0 = none).
+# wrk script: $1 = dataset ids (space separated), $2 = per-request delay in ms (0 = none),
+# $3 = 1 to send a fresh Idempotency-Key with every request.
 wrk_lua() {
   local list
   list=$(printf '"%s",' $1)
@@ -86,10 +87,14 @@ wrk_lua() {
 local ids = {${list%,}}
 local headers = {["Authorization"] = "Bearer $bearer", ["Content-Type"] = "application/json"}
 local body = '$body'
+local keyed = ${3:-0}
 local n = 0
-init = function(args) n = math.random(#ids) end
+local threads = 0
+setup = function(thread) threads = threads + 1; thread:set("tid", threads) end
+init = function(args) n = tid * 7 end
 request = function()
   n = n + 1
+  if keyed == 1 then headers["Idempotency-Key"] = "bench-$(date +%s%N)-" .. tid .. "-" .. n end
   return wrk.format("POST", "/v1/datasets/" .. ids[(n % #ids) + 1] .. "/releases", headers, body)
 end
 local pause = $2
@@ -114,8 +119,8 @@ emit() { # name kind json
   jq -r '"\(.name)\t\(.kind)\t\(.conns)\t\(.rps|floor)\t\(.p50_ms)\t\(.p99_ms)\t\(.non2xx)\t\(.load1)"' <<<"$json"
 }
 
-run_wrk() { # name ids delay conns
-  wrk_lua "$2" "$3" >"$work/$1.lua"
+run_wrk() { # name ids delay conns [keyed]
+  wrk_lua "$2" "$3" "${5:-0}" >"$work/$1.lua"
   local out
   out=$(wrk -t2 -c"$4" -d"${DURATION}s" --timeout 10s -s "$work/$1.lua" "$base" | sed -n 's/^RESULT //p')
   emit "$1" service "$4" "$out"
@@ -182,6 +187,7 @@ printf 'workload\tkind\tconns\treq/s\tp50 ms\tp99 ms\terrors\tload1\n'
 run_pgbench ceiling_txn_spread "$work/txn_spread.sql"
 run_pgbench ceiling_cte_spread "$work/cte_spread.sql"
 run_wrk service_spread "${spread[*]}" 0 "$CONNS"
+run_wrk service_spread_keyed "${spread[*]}" 0 "$CONNS" 1
 run_pgbench ceiling_txn_hot "$work/txn_hot.sql"
 run_pgbench ceiling_cte_hot "$work/cte_hot.sql"
 run_wrk service_hot "$hot" 0 "$CONNS"
