@@ -63,6 +63,7 @@ impl Application {
             fingerprint_key,
             metrics: Metrics::new(),
             tasks: TaskTracker::new(),
+            caches: Default::default(),
         };
         Ok(Application {
             listener,

@@ -3,6 +3,8 @@
 //! compared in constant time. Only digests are stored. Tokens carry 256 random bits, so a plain
 //! SHA-256 (not a password hash) is the right tool: there is nothing to brute-force.
 
+use std::sync::Arc;
+
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
@@ -114,19 +116,30 @@ impl FromRequestParts<AppState> for Caller {
             if id.is_empty() || id.len() > 64 {
                 return Err(ApiError::Unauthorized);
             }
-            let record = state
-                .store
-                .find_token(id)
-                .await?
-                .ok_or(ApiError::Unauthorized)?;
+            let (record, cached) = match state.caches.token(id) {
+                Some(record) => (record, true),
+                None => (
+                    Arc::new(
+                        state
+                            .store
+                            .find_token(id)
+                            .await?
+                            .ok_or(ApiError::Unauthorized)?,
+                    ),
+                    false,
+                ),
+            };
             let presented = sha256(secret.as_bytes());
             if !bool::from(presented.ct_eq(&record.secret_hash)) {
                 return Err(ApiError::Unauthorized);
             }
+            if !cached {
+                state.caches.verified_token(record.clone());
+            }
             return match record.role {
                 Role::Analyst => Ok(Caller::Analyst {
-                    token_id: record.id,
-                    datasets: record.datasets,
+                    token_id: record.id.clone(),
+                    datasets: record.datasets.clone(),
                 }),
                 Role::Admin => Ok(Caller::Admin),
             };

@@ -2,6 +2,7 @@
 //! metrics, timeout, header and body limits, panic catching) and one problem+json error type.
 
 pub mod auth;
+pub mod cache;
 pub mod datasets;
 pub mod error;
 pub mod extract;
@@ -41,6 +42,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Release tasks that must finish before shutdown completes.
     pub tasks: TaskTracker,
+    /// Verified analyst tokens and datasets (see `cache`).
+    pub caches: Arc<cache::Caches>,
 }
 
 pub fn router(state: AppState) -> Router {

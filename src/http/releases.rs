@@ -5,6 +5,8 @@
 //! refused) → draw → `commit_release` (check, charge and record in one transaction) → respond.
 //! The output leaves the service only after the commit returned `Committed`.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -327,7 +329,7 @@ fn exhausted(budget: &BudgetState, detail: String) -> ApiError {
 }
 
 struct Parsed {
-    dataset: Dataset,
+    dataset: Arc<Dataset>,
     counts: Counts,
     plan: Plan,
 }
@@ -337,13 +339,21 @@ async fn load_and_plan(
     caller: &Caller,
     id: Uuid,
     req: &ReleaseRequest,
+    cached: bool,
 ) -> Result<Parsed, ApiError> {
     caller.require_dataset(id)?;
-    let dataset = state
-        .store
-        .get_dataset(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("dataset"))?;
+    // With `cached`, the ledger figures may be behind (see `super::cache`); the parameters
+    // that planning uses are exact.
+    let dataset = match cached.then(|| state.caches.dataset(id)).flatten() {
+        Some(dataset) => dataset,
+        None => state.caches.put_dataset(
+            state
+                .store
+                .get_dataset(id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("dataset"))?,
+        ),
+    };
     let (counts, plan) = plan_request(req, &dataset, state.settings.max_dimension)?;
     Ok(Parsed {
         dataset,
@@ -404,7 +414,7 @@ async fn preview(
         dataset,
         counts,
         plan,
-    } = load_and_plan(&state, &caller, id, &req).await?;
+    } = load_and_plan(&state, &caller, id, &req, false).await?;
     let budget = dataset.budget();
     let admissible = budget.admits(plan.charge);
     let mut after = budget;
@@ -519,7 +529,7 @@ async fn create(
         dataset,
         counts,
         plan,
-    } = match load_and_plan(&state, &caller, id, &req).await {
+    } = match load_and_plan(&state, &caller, id, &req, true).await {
         Ok(parsed) => parsed,
         Err(e) => {
             state.metrics.refusal(&e);
@@ -541,7 +551,15 @@ async fn create(
     };
     drop(req);
     if !dataset.budget().admits(plan.charge) {
-        let e = exhausted(&dataset.budget(), refusal_detail(&plan, &dataset.budget()));
+        // The cached figures only lag behind, so this refusal stands; report current ones.
+        let current = state
+            .store
+            .get_dataset(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("dataset"))?;
+        let budget = current.budget();
+        state.caches.put_dataset(current);
+        let e = exhausted(&budget, refusal_detail(&plan, &budget));
         state.metrics.refusal(&e);
         return Err(e);
     }
@@ -591,6 +609,7 @@ async fn create(
     let (outcome, fp) = outcome?;
     match outcome {
         CommitOutcome::Committed { release, budget } => {
+            state.caches.observe_budget(id, &budget);
             tracing::info!(dataset = %id, release = %release.id, seq = release.seq, cost = release.cost.to_f64(), "release committed");
             state.metrics.release(&kind);
             Ok(created(
@@ -599,6 +618,7 @@ async fn create(
             ))
         }
         CommitOutcome::Exhausted { budget } => {
+            state.caches.observe_budget(id, &budget);
             let e = exhausted(
                 &budget,
                 "the release would exceed the dataset's remaining budget".into(),

@@ -237,18 +237,9 @@ impl LedgerStore for PgStore {
 
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
         const CONTEXT: &str = "commit_release";
-        // The common retry costs one read and no failed statement.
-        if let Some(idempotency) = &new.idempotency {
-            if let Some((release, fingerprint)) = self
-                .fetch_keyed(CONTEXT, new.dataset_id, &idempotency.key)
-                .await?
-            {
-                return Ok(CommitOutcome::Existing {
-                    release,
-                    fingerprint,
-                });
-            }
-        }
+        // No read of the key first: the release handler has just looked it up, so a stored key
+        // is rare here and costs one failed statement (the unique violation below) plus a read,
+        // while every keyed release saves a round trip.
         let dimension = i64::try_from(new.distribution.len())
             .map_err(|_| StoreError::Internal("commit_release: distribution too long".into()))?;
         let result = sqlx::query(COMMIT_RELEASE)

@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# End-to-end throughput and latency of POST /v1/datasets/{id}/releases against PostgreSQL, with
+# the ceiling measured in the same run: pgbench running the minimal per-release ledger
+# transaction on the same schema (the service's own migrations), at the same concurrency.
+#
+#   scripts/bench-e2e.sh            full run (DURATION=20 s per workload), targets checked
+#   scripts/bench-e2e.sh --short    a few seconds per workload, no targets asserted (CI)
+#
+# Environment: BIN (default $CARGO_TARGET_DIR/release/dirichlet-release, built if missing),
+# DIRICHLET_TEST_POSTGRES_URL (admin URL, default postgres://postgres@127.0.0.1:5432/postgres),
+# CONNS (64), DIM (16 cells), DURATION, TOKEN (analyst|admin, default analyst),
+# POOL (DIRICHLET_DB_MAX_CONNECTIONS for the server, default: the service default),
+# OUT (results folder, default target/bench-e2e).
+# Output: a table on stdout, one JSON object per figure in $OUT/results.jsonl and markdown
+# rows in $OUT/results.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+short=0
+[ "${1:-}" = "--short" ] && short=1
+DURATION=${DURATION:-$([ $short = 1 ] && echo 3 || echo 20)}
+CONNS=${CONNS:-64}
+DIM=${DIM:-16}
+TOKEN=${TOKEN:-analyst}
+pg_admin=${DIRICHLET_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+target_dir=${CARGO_TARGET_DIR:-target}
+BIN=${BIN:-$target_dir/release/dirichlet-release}
+OUT=${OUT:-$target_dir/bench-e2e}
+for tool in wrk pgbench psql jq curl python3; do
+  command -v "$tool" >/dev/null || { echo "bench-e2e: $tool is required" >&2; exit 1; }
+done
+[ -x "$BIN" ] || cargo build --release --quiet --bin dirichlet-release
+mkdir -p "$OUT"
+work=$(mktemp -d)
+db="dr_bench_$(date +%s)_$$"
+pid=""
+cleanup() {
+  [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+  psql "$pg_admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+psql "$pg_admin" -qc "CREATE DATABASE $db"
+db_url="${pg_admin%/*}/$db"
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+base="http://127.0.0.1:$port"
+admin="bench-admin-$(date +%s)-token"
+env ${POOL:+DIRICHLET_DB_MAX_CONNECTIONS=$POOL} DIRICHLET_DATABASE_URL="$db_url" \
+  DIRICHLET_LISTEN="127.0.0.1:$port" DIRICHLET_ADMIN_TOKEN="$admin" "$BIN" >"$work/server.log" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do
+  curl -sf "$base/readyz" >/dev/null && break
+  kill -0 "$pid" 2>/dev/null || { cat "$work/server.log"; echo "server exited" >&2; exit 1; }
+  sleep 0.2
+done
+
+# 64 spread datasets and one hot one, each with a budget no run can exhaust: ε = 8000 at order 2,
+# 0.01 per release (800,000 releases per dataset).
+ids=()
+for i in $(seq 1 65); do
+  ids+=("$(curl -sSf -X POST "$base/v1/datasets" -H "Authorization: Bearer $admin" \
+    -H 'Content-Type: application/json' \
+    -d "{\"name\": \"bench $i\", \"budget\": {\"order\": 2, \"epsilon\": 8000}}" | jq -r .id)")
+done
+hot=${ids[64]}
+spread=("${ids[@]:0:64}")
+if [ "$TOKEN" = analyst ]; then
+  scope=$(printf '"%s",' "${ids[@]}")
+  bearer=$(curl -sSf -X POST "$base/v1/tokens" -H "Authorization: Bearer $admin" \
+    -H 'Content-Type: application/json' -d "{\"datasets\": [${scope%,}]}" | jq -r .token)
+else
+  bearer=$admin
+fi
+counts=$(python3 -c "print(','.join(str((i * 7919) % 97) for i in range($DIM)))")
+body="{\"counts\": [$counts], \"epsilon\": 0.01}"
+# One release by hand: it must succeed, and its stored mechanism record sizes the pgbench row.
+mechanism=$(curl -sSf -X POST "$base/v1/datasets/$hot/releases" -H "Authorization: Bearer $bearer" \
+  -H 'Content-Type: application/json' -d "$body" | jq -c .mechanism)
+
+# wrk script: $1 = dataset ids (space separated), $2 = per-request delay in ms (0 = none),
+# $3 = 1 to send a fresh Idempotency-Key with every request.
+wrk_lua() {
+  local list
+  list=$(printf '"%s",' $1)
+  cat <<LUA
+local ids = {${list%,}}
+local headers = {["Authorization"] = "Bearer $bearer", ["Content-Type"] = "application/json"}
+local body = '$body'
+local keyed = ${3:-0}
+local n = 0
+local threads = 0
+setup = function(thread) threads = threads + 1; thread:set("tid", threads) end
+init = function(args) n = tid * 7 end
+request = function()
+  n = n + 1
+  if keyed == 1 then headers["Idempotency-Key"] = "bench-$(date +%s%N)-" .. tid .. "-" .. n end
+  return wrk.format("POST", "/v1/datasets/" .. ids[(n % #ids) + 1] .. "/releases", headers, body)
+end
+local pause = $2
+if pause > 0 then delay = function() return pause end end
+done = function(s, lat, req)
+  local e = s.errors
+  io.write(string.format('RESULT {"requests":%d,"seconds":%.3f,"rps":%.1f,"p50_ms":%.3f,"p99_ms":%.3f,"max_ms":%.3f,"non2xx":%d,"socket_errors":%d}\n',
+    s.requests, s.duration / 1e6, s.requests / (s.duration / 1e6), lat:percentile(50) / 1e3,
+    lat:percentile(99) / 1e3, lat.max / 1e3, e.status, e.connect + e.read + e.write + e.timeout))
+end
+LUA
+}
+
+load() { cut -d' ' -f1 /proc/loadavg; }
+results="$OUT/results.jsonl"
+: >"$results"
+emit() { # name kind json
+  local json
+  json=$(jq -c --arg name "$1" --arg kind "$2" --arg load "$(load)" --argjson conns "$3" \
+    '. + {name: $name, kind: $kind, load1: ($load|tonumber), conns: $conns, dim: '"$DIM"'}' <<<"$4")
+  echo "$json" >>"$results"
+  jq -r '"\(.name)\t\(.kind)\t\(.conns)\t\(.rps|floor)\t\(.p50_ms)\t\(.p99_ms)\t\(.non2xx)\t\(.load1)"' <<<"$json"
+}
+
+run_wrk() { # name ids delay conns [keyed]
+  wrk_lua "$2" "$3" "${5:-0}" >"$work/$1.lua"
+  local out
+  out=$(wrk -t2 -c"$4" -d"${DURATION}s" --timeout 10s -s "$work/$1.lua" "$base" | sed -n 's/^RESULT //p')
+  emit "$1" service "$4" "$out"
+}
+
+# pgbench: the same schema, 65 datasets of its own (ids ...0001 to ...0065; 65 is hot).
+psql "$db_url" -q <<SQL
+INSERT INTO datasets (id, name, budget_order, total_units, l2_squared, linf, neighbouring, created_by)
+SELECT ('00000000-0000-4000-8000-' || lpad(i::text, 12, '0'))::uuid, 'pgbench ' || i, 2,
+       9007199254740992, 2, 1, 'replace_one', 'pgbench'
+  FROM generate_series(1, 65) AS i;
+SQL
+dist_hex=$(python3 -c "import os; print(os.urandom(8 * $DIM).hex())")
+# The minimal ledger transaction: lock the row while adding the cost, insert the release with
+# its output, commit (four round trips, as an application would write it by hand).
+pg_txn() { # dataset expression
+  cat <<SQL
+\\set ds $1
+BEGIN;
+UPDATE datasets SET spent_units = spent_units + 10995116278, release_count = release_count + 1
+ WHERE id = ('00000000-0000-4000-8000-' || lpad(:ds::text, 12, '0'))::uuid AND spent_units + 10995116278 <= total_units
+ RETURNING release_count AS seq \\gset
+INSERT INTO releases (id, dataset_id, seq, created_by, mechanism, cost_units, distribution, dimension)
+VALUES (gen_random_uuid(), ('00000000-0000-4000-8000-' || lpad(:ds::text, 12, '0'))::uuid, :seq, 'pgbench',
+        '$mechanism'::jsonb, 10995116278, '\\x$dist_hex'::bytea, $DIM);
+COMMIT;
+SQL
+}
+# The service's own statement (src/store/postgres.rs COMMIT_RELEASE), one round trip.
+pg_cte() {
+  cat <<SQL
+\\set ds $1
+WITH charged AS (
+    UPDATE datasets SET spent_units = spent_units + 10995116278, release_count = release_count + 1
+     WHERE id = ('00000000-0000-4000-8000-' || lpad(:ds::text, 12, '0'))::uuid AND spent_units + 10995116278 <= total_units
+ RETURNING id, budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta
+), recorded AS (
+    INSERT INTO releases (id, dataset_id, seq, created_by, mechanism, cost_units, distribution, dimension)
+    SELECT gen_random_uuid(), charged.id, charged.release_count, 'pgbench', '$mechanism'::jsonb, 10995116278, '\\x$dist_hex'::bytea, $DIM FROM charged
+ RETURNING seq, created_at
+) SELECT * FROM charged CROSS JOIN recorded;
+SQL
+}
+run_pgbench() { # name script-file
+  rm -f "$work"/pglog*
+  local out
+  # The server is shared: when other clients hold most connection slots, wait and try again.
+  local attempt
+  for attempt in 1 2 3 4 5 6; do
+    rm -f "$work"/pglog*
+    out=$(cd "$work" && pgbench -n -M prepared -c "$CONNS" -j 2 -T "$DURATION" -l --log-prefix=pglog \
+      -f "$2" "$db_url" 2>&1) && break
+    grep -q 'too many clients' <<<"$out" && [ "$attempt" -lt 6 ] || { echo "$out" >&2; exit 1; }
+    echo "pgbench: PostgreSQL is out of connection slots; retrying in 10 s" >&2
+    sleep 10
+  done
+  local failed tps
+  tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)
+  failed=$(sed -n 's/^number of failed transactions: \([0-9]*\).*/\1/p' <<<"$out")
+  local json
+  json=$(cat "$work"/pglog* | awk '{print $3}' | sort -n | awk -v tps="$tps" -v failed="${failed:-0}" \
+    '{v[NR]=$1} END {printf "{\"requests\":%d,\"rps\":%s,\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f,\"non2xx\":%d}",
+      NR, tps, v[int(NR*0.5)+1]/1000, v[int(NR*0.99)+1]/1000, v[NR]/1000, failed}')
+  emit "$1" ceiling "$CONNS" "$json"
+}
+pg_txn 'random(1, 64)' >"$work/txn_spread.sql"
+pg_txn 65 >"$work/txn_hot.sql"
+pg_cte 'random(1, 64)' >"$work/cte_spread.sql"
+pg_cte 65 >"$work/cte_hot.sql"
+
+printf 'workload\tkind\tconns\treq/s\tp50 ms\tp99 ms\terrors\tload1\n'
+run_pgbench ceiling_txn_spread "$work/txn_spread.sql"
+run_pgbench ceiling_cte_spread "$work/cte_spread.sql"
+run_wrk service_spread "${spread[*]}" 0 "$CONNS"
+run_wrk service_spread_keyed "${spread[*]}" 0 "$CONNS" 1
+run_pgbench ceiling_txn_hot "$work/txn_hot.sql"
+run_pgbench ceiling_cte_hot "$work/cte_hot.sql"
+run_wrk service_hot "$hot" 0 "$CONNS"
+# About half the measured maximum: each connection waits between requests so that CONNS
+# connections offer half the spread rate.
+max_rps=$(jq -s 'map(select(.name == "service_spread"))[0].rps' "$results")
+pause=$(python3 -c "print(max(1, round($CONNS * 1000 / ($max_rps / 2))))")
+run_wrk service_spread_half "${spread[*]}" "$pause" "$CONNS"
+hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
+rejected=$(grep -c '"level":"ERROR"\|ERROR' "$work/server.log" || true)
+
+# Ratios and targets.
+python3 - "$results" "$short" "$hwm" "$OUT/results.md" <<'PY'
+import json, sys
+path, short, hwm, md = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4]
+rows = [json.loads(l) for l in open(path)]
+by = {r["name"]: r for r in rows}
+checks = []
+lines = ["| workload | kind | conns | req/s | p50 ms | p99 ms | errors | ×txn ceiling | ×CTE ceiling | load1 |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+for r in rows:
+    w = "hot" if "hot" in r["name"] else "spread"
+    rt = r["rps"] / by[f"ceiling_txn_{w}"]["rps"]
+    rc = r["rps"] / by[f"ceiling_cte_{w}"]["rps"]
+    r["ratio_txn"], r["ratio_cte"] = round(rt, 3), round(rc, 3)
+    lines.append(f"| {r['name']} | {r['kind']} | {r['conns']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['non2xx'] + r.get('socket_errors', 0)} | {rt:.2f} | {rc:.2f} | {r['load1']} |")
+lines.append(f"\nserver peak RSS (VmHWM) after the run: {hwm / 1024:.1f} MiB")
+with open(path, "w") as f:
+    for r in rows:
+        f.write(json.dumps(r) + "\n")
+    f.write(json.dumps({"name": "server_vmhwm_kib", "value": hwm}) + "\n")
+open(md, "w").write("\n".join(lines) + "\n")
+print("\nratio to ceiling (txn = 4-statement transaction, cte = the service's one statement):")
+print("\n".join(lines))
+s, h, half = by["service_spread"], by["service_hot"], by["service_spread_half"]
+checks = [
+    ("spread >= 0.7x ceiling", s["ratio_txn"] >= 0.7),
+    ("hot >= 0.5x ceiling", h["ratio_txn"] >= 0.5),
+    ("zero errors", all(r["non2xx"] + r.get("socket_errors", 0) == 0 for r in rows if r["kind"] == "service")),
+    ("p99 <= 25 ms at half load", half["p99_ms"] <= 25.0),
+]
+print()
+for name, ok in checks:
+    print(f"{'met   ' if ok else 'MISSED'} {name}")
+if not short and not all(ok for _, ok in checks):
+    sys.exit(1)
+PY
