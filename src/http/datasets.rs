@@ -212,12 +212,7 @@ async fn show(
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<DatasetView>, ApiError> {
-    caller.require_dataset(id)?;
-    let dataset = state
-        .store
-        .get_dataset(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("dataset"))?;
+    let dataset = state.dataset_for(&caller, id).await?;
     Ok(Json(DatasetView::from(&dataset)))
 }
 
@@ -226,11 +221,6 @@ async fn budget(
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<BudgetView>, ApiError> {
-    caller.require_dataset(id)?;
-    let dataset = state
-        .store
-        .get_dataset(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("dataset"))?;
+    let dataset = state.dataset_for(&caller, id).await?;
     Ok(Json(BudgetView::from(&dataset.budget())))
 }

@@ -46,6 +46,22 @@ pub struct AppState {
     pub caches: Arc<cache::Caches>,
 }
 
+impl AppState {
+    /// The dataset `id` as `caller` may see it: 404 alike when it does not exist and when it is
+    /// outside an analyst token's scope.
+    pub async fn dataset_for(
+        &self,
+        caller: &auth::Caller,
+        id: uuid::Uuid,
+    ) -> Result<crate::ledger::Dataset, ApiError> {
+        caller.require_dataset(id)?;
+        self.store
+            .get_dataset(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("dataset"))
+    }
+}
+
 pub fn router(state: AppState) -> Router {
     let body_limit = state.settings.max_body_bytes;
     Router::new()

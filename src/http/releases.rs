@@ -703,12 +703,7 @@ async fn show(
     caller: Caller,
     ApiPath((id, release_id)): ApiPath<(Uuid, Uuid)>,
 ) -> Result<Json<ReleaseView>, ApiError> {
-    caller.require_dataset(id)?;
-    let dataset = state
-        .store
-        .get_dataset(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("dataset"))?;
+    let dataset = state.dataset_for(&caller, id).await?;
     let release = state
         .store
         .get_release(id, release_id)
