@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use common::app::{fresh_database, Backend, ADMIN_TOKEN};
 use common::binary;
@@ -127,31 +126,6 @@ fn hex_lower(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn pg_dump_binary() -> PathBuf {
-    if let Ok(out) = Command::new("sh")
-        .arg("-c")
-        .arg("command -v pg_dump")
-        .output()
-    {
-        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if !path.is_empty() {
-            return path.into();
-        }
-    }
-    let mut candidates: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.path().join("bin/pg_dump"))
-                .filter(|p| p.exists())
-                .collect()
-        })
-        .unwrap_or_default();
-    candidates.sort();
-    candidates
-        .pop()
-        .expect("pg_dump is installed (Debian package postgresql-client)")
-}
-
 async fn counts_never_reach_storage_or_logs(backend: Backend) {
     let (database_url, _dir, sqlite_path) = fresh_database(backend).await;
     let logs = tempfile::tempdir().unwrap();
@@ -199,21 +173,12 @@ async fn counts_never_reach_storage_or_logs(backend: Backend) {
             assert!(std::fs::metadata(&path).unwrap().len() > 0);
         }
         Backend::Postgres => {
-            let out = Command::new(pg_dump_binary())
-                .arg("--dbname")
-                .arg(&database_url)
-                .output()
-                .expect("pg_dump runs");
+            let dump = common::server::pg_dump(&database_url);
             assert!(
-                out.status.success(),
-                "pg_dump failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(
-                String::from_utf8_lossy(&out.stdout).contains("releases"),
+                String::from_utf8_lossy(&dump).contains("releases"),
                 "the dump has the releases table"
             );
-            assert_clean("the PostgreSQL dump", &out.stdout);
+            assert_clean("the PostgreSQL dump", &dump);
         }
     }
 }
