@@ -20,6 +20,9 @@ ENV CARGO_TERM_COLOR=never \
 # Dependency layer: compile every dependency against stub targets, so that a change to the
 # sources alone reuses this layer. Targets declared in Cargo.toml ([[bench]], [[test]],
 # [[example]]) get stubs too, since cargo refuses a manifest whose declared files are missing.
+# .cargo/config.toml carries build flags (chacha20's AVX-512 backend): the dependency layer
+# must be built with them too, or the second build would recompile everything.
+COPY .cargo .cargo
 COPY Cargo.toml Cargo.lock ./
 RUN set -eux; \
     mkdir -p src; \

@@ -1,5 +1,6 @@
 //! Benchmarks of the privacy core: ψ′, every calibration, and Dirichlet sampling at
-//! d = 16, 1,000 and 1,000,000. Run with `cargo bench --bench privacy`.
+//! d = 16, 1,000 and 1,000,000, and the ChaCha20 keystream behind the sampler. Run with
+//! `cargo bench --bench privacy`.
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -85,5 +86,32 @@ fn sampling(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, special, calibrations, sampling);
+/// The two ways to get ChaCha20 keystream from the `chacha20` crate, 10⁶ 64-bit words each:
+/// its RNG interface (rand's `ChaCha20Rng`, AVX2 at most) and its cipher interface (what the
+/// sampler's chunks use; AVX-512 when built with `--cfg chacha20_avx512`, see
+/// `.cargo/config.toml`). Same key, same stream (a unit test checks it).
+fn keystream(c: &mut Criterion) {
+    use chacha20::cipher::{KeyIvInit, StreamCipher};
+    use rand::{Rng, SeedableRng};
+    let mut g = c.benchmark_group("chacha20_keystream");
+    g.sample_size(20);
+    let words = 1_000_000usize;
+    g.throughput(Throughput::Bytes(8 * words as u64));
+    let mut buf = vec![0u8; 8 * words];
+    let mut rng = rand::rngs::ChaCha20Rng::from_seed([7; 32]);
+    g.bench_function("rng_fill_bytes", |b| {
+        b.iter(|| rng.fill_bytes(black_box(&mut buf)))
+    });
+    let mut cipher = chacha20::ChaCha20Legacy::new(&[7u8; 32].into(), &[0u8; 8].into());
+    g.bench_function("cipher_write_keystream_4k", |b| {
+        b.iter(|| {
+            for block in black_box(&mut buf).chunks_mut(4096) {
+                cipher.write_keystream(block);
+            }
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, special, calibrations, sampling, keystream);
 criterion_main!(benches);
