@@ -632,20 +632,24 @@ mod tests {
         }
     }
 
+    /// The same draw (same seed) in a one-thread and in a two-thread rayon pool.
+    fn on_one_and_two_threads(shapes: &[f64], seed: u64) -> (Vec<f64>, Vec<f64>) {
+        let pool = |n| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .unwrap()
+        };
+        let a = pool(1).install(|| sample_dirichlet(shapes, &mut seeded(seed)));
+        let b = pool(2).install(|| sample_dirichlet(shapes, &mut seeded(seed)));
+        (a, b)
+    }
+
     #[test]
     fn a_million_cells_sum_to_one_and_parallelism_does_not_change_the_draw() {
         let d = 1_000_000;
         let shapes: Vec<f64> = (0..d).map(|i| [0.3, 1.0, 2.5, 40.0][i % 4]).collect();
-        let one = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
-        let two = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
-        let a = one.install(|| sample_dirichlet(&shapes, &mut seeded(30)));
-        let b = two.install(|| sample_dirichlet(&shapes, &mut seeded(30)));
+        let (a, b) = on_one_and_two_threads(&shapes, 30);
         assert_probability_vector(&a);
         assert!(a == b, "thread count changed the output");
         // The cells of each shape average to their expected mean a/a₀. A group of m cells of
@@ -668,16 +672,7 @@ mod tests {
     fn plain_draws_and_overflowing_totals() {
         // Shapes ≥ 1 everywhere (no logarithms); thread count still irrelevant.
         let shapes: Vec<f64> = (0..3 * CHUNK + 17).map(|i| 1.0 + (i % 5) as f64).collect();
-        let one = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
-        let two = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
-        let a = one.install(|| sample_dirichlet(&shapes, &mut seeded(60)));
-        let b = two.install(|| sample_dirichlet(&shapes, &mut seeded(60)));
+        let (a, b) = on_one_and_two_threads(&shapes, 60);
         assert_probability_vector(&a);
         assert!(a == b);
         // Near f64::MAX a raw total would overflow; the rescaling by the maximum avoids it.
