@@ -9,7 +9,9 @@ use serde_json::{json, Value};
 
 use crate::ledger::{charge_for, Units, UnitsError};
 use crate::privacy::calibrate::{gaussian_sigma, laplace_scale};
-use crate::privacy::curve::{dirichlet_max_order, dirichlet_rdp, gaussian_rdp, laplace_rdp};
+use crate::privacy::curve::{
+    dirichlet_max_order, dirichlet_price, gaussian_rdp, laplace_rdp, Pricing,
+};
 use crate::privacy::sampler::{release_shapes, try_os_rng, try_sample_dirichlet};
 use crate::privacy::utility::{dirichlet_forecast, Forecast};
 use crate::privacy::{
@@ -112,20 +114,63 @@ fn target_record(t: &Target) -> Value {
     })
 }
 
+/// The largest ledger-grid value ≤ the asked ε (issue 11: k releases asked at B/k fit a budget
+/// B exactly). Calibrations solve for this value, never for more than was asked.
+fn on_grid(t: &Target) -> Result<Target, PlanError> {
+    let units = Units::floor(t.epsilon.get()).map_err(|_| too_large(t))?;
+    let epsilon = Epsilon::new(units.to_f64()).map_err(|_| {
+        PlanError::Infeasible(CalibrationError::Infeasible {
+            order: t.order.get(),
+            epsilon: t.epsilon.get(),
+            reason: "epsilon is below the ledger's grid of 2^-40".to_string(),
+        })
+    })?;
+    Ok(Target {
+        epsilon,
+        order: t.order,
+    })
+}
+
+fn too_large(t: &Target) -> PlanError {
+    PlanError::TooExpensive {
+        price: t.epsilon.get(),
+        order: t.order.get(),
+    }
+}
+
 /// Calibrate (if needed) and price `spec` for a d-cell release on a dataset with `sens`,
 /// charged at `ledger_order`.
+///
+/// A mechanism calibrated at the ledger order to ε is charged exactly the largest grid value
+/// ≤ ε (it was solved so that its curve, inflated by the evaluation's error bound, is at most
+/// that value). Every other release — calibrated at another order, explicit, given noise — is
+/// charged its curve at the ledger order, inflated and rounded up.
 pub fn plan(
     spec: &Spec,
     d: usize,
     ledger_order: Order,
     sens: &Sensitivity,
 ) -> Result<Plan, PlanError> {
+    // The grid target of a calibrated spec, when it is charged at its own order.
+    let split = match spec {
+        Spec::Dirichlet { target, .. }
+        | Spec::Posterior { target, .. }
+        | Spec::Diffuse { target, .. }
+        | Spec::Gaussian(Noise::Calibrated(target))
+        | Spec::Laplace(Noise::Calibrated(target)) => Some(on_grid(target)?),
+        _ => None,
+    };
+    let grid = |t: &Target| {
+        split
+            .filter(|g| g.order == t.order && g.epsilon <= t.epsilon)
+            .unwrap_or(*t)
+    };
     let (draw, record, cap) = match spec {
         Spec::Dirichlet { target, prior } => {
             let p = calibrate(
                 &Calibration::Dirichlet { prior: *prior },
                 target.order,
-                target.epsilon,
+                grid(target).epsilon,
                 sens,
             )?;
             let record = json!({"kind": "dirichlet", "r": p.r, "alpha": p.alpha, "prior": prior, "calibration": target_record(target)});
@@ -142,7 +187,7 @@ pub fn plan(
             let p = calibrate(
                 &Calibration::Posterior { r: *r },
                 target.order,
-                target.epsilon,
+                grid(target).epsilon,
                 sens,
             )?;
             let record = json!({"kind": "posterior", "r": p.r, "alpha": p.alpha, "calibration": target_record(target)});
@@ -164,7 +209,7 @@ pub fn plan(
                     alpha: alpha.clone(),
                 },
                 target.order,
-                target.epsilon,
+                grid(target).epsilon,
                 sens,
             )?;
             let record = json!({"kind": "diffuse", "r": p.r, "alpha": p.alpha, "calibration": target_record(target)});
@@ -195,7 +240,7 @@ pub fn plan(
             let (sigma, cap, calibration) = match noise {
                 Noise::Given { value, cap } => (*value, *cap, None),
                 Noise::Calibrated(t) => (
-                    gaussian_sigma(t.order, t.epsilon, sens),
+                    gaussian_sigma(t.order, grid(t).epsilon, sens),
                     None,
                     Some(target_record(t)),
                 ),
@@ -210,7 +255,7 @@ pub fn plan(
             let (scale, cap, calibration) = match noise {
                 Noise::Given { value, cap } => (*value, *cap, None),
                 Noise::Calibrated(t) => (
-                    laplace_scale(t.order, t.epsilon, sens, d)?,
+                    laplace_scale(t.order, grid(t).epsilon, sens, d)?,
                     None,
                     Some(target_record(t)),
                 ),
@@ -222,7 +267,9 @@ pub fn plan(
             (Draw::Laplace { scale }, record, cap)
         }
     };
-    let price = price(&draw, ledger_order, sens, d);
+    let (price, pricing) = price_with_curve(&draw, ledger_order, sens, d);
+    let mut record = record;
+    record["pricing"] = json!(pricing);
     if !price.is_finite() {
         let max_order = match &draw {
             Draw::Dirichlet { r, alpha } => dirichlet_max_order(*r, alpha.min(), sens),
@@ -247,7 +294,22 @@ pub fn plan(
         }
     }
     let charge = match charge_for(price) {
-        Ok(units) => units,
+        // Calibrated at the ledger order: charged the grid target, which the calibration
+        // contract puts at or above the inflated curve (checked, not assumed).
+        Ok(units) => match split.filter(|g| g.order == ledger_order) {
+            Some(g) => {
+                let asked = Units::floor(g.epsilon.get()).map_err(|_| too_large(&g))?;
+                if units > asked {
+                    return Err(PlanError::Infeasible(CalibrationError::Infeasible {
+                        order: g.order.get(),
+                        epsilon: g.epsilon.get(),
+                        reason: "the calibrated curve exceeds the target".to_string(),
+                    }));
+                }
+                asked
+            }
+            None => units,
+        },
         Err(UnitsError::TooLarge) => {
             return Err(PlanError::TooExpensive {
                 price,
@@ -269,12 +331,24 @@ pub fn plan(
     })
 }
 
-/// The RDP cost of running `draw` once, at `order`.
+/// The RDP cost of running `draw` once, at `order` (within `CURVE_RELATIVE_ERROR`; the
+/// charge inflates by it and rounds up).
 pub fn price(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> f64 {
+    price_with_curve(draw, order, sens, d).0
+}
+
+/// [`price`] and which curve gave it. A Dirichlet draw on `replace_one`/`add_remove_one` is
+/// priced by the exact worst case ε* (`privacy::exact`), on a custom sensitivity by 001
+/// Corollary 3 (a bound). The Gaussian curve is exact for the declared Δ2; the Laplace curve
+/// is exact for the histogram relations and a worst-case bound for custom ones.
+pub fn price_with_curve(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> (f64, Pricing) {
     match draw {
-        Draw::Dirichlet { r, alpha } => dirichlet_rdp(order, *r, alpha.min(), sens),
-        Draw::Gaussian { sigma } => gaussian_rdp(order, *sigma, sens),
-        Draw::Laplace { scale } => laplace_rdp(order, *scale, sens, d),
+        Draw::Dirichlet { r, alpha } => dirichlet_price(order, *r, alpha, sens),
+        Draw::Gaussian { sigma } => (gaussian_rdp(order, *sigma, sens), Pricing::Exact),
+        Draw::Laplace { scale } => (
+            laplace_rdp(order, *scale, sens, d),
+            Pricing::for_sensitivity(sens),
+        ),
     }
 }
 

@@ -70,7 +70,7 @@ const GAUSS_LEGENDRE_8: [(f64, f64); 8] = {
 const PIECE_RATIO: f64 = 1.4;
 
 /// x²ψ′(x), finite for every x > 0 (ψ′ itself overflows below ~1e-154): 1 + x²ψ′(x + 1) below 1.
-fn scaled_trigamma(x: f64) -> f64 {
+pub(crate) fn scaled_trigamma(x: f64) -> f64 {
     if x < 1.0 {
         1.0 + x * (x * trigamma(x + 1.0))
     } else {
