@@ -12,7 +12,7 @@ use crate::privacy::calibrate::{gaussian_sigma, laplace_scale};
 use crate::privacy::curve::{
     dirichlet_max_order, dirichlet_price, gaussian_rdp, laplace_rdp, Pricing,
 };
-use crate::privacy::sampler::{release_shapes, try_os_rng, try_sample_dirichlet};
+use crate::privacy::sampler::{release_shapes, try_os_rng, try_sample_dirichlet, SampleError};
 use crate::privacy::utility::{dirichlet_forecast, Forecast};
 use crate::privacy::{
     baseline, calibrate, Calibration, CalibrationError, Counts, DirichletParams, Epsilon, Order,
@@ -99,7 +99,18 @@ pub enum PlanError {
     TooExpensive { price: f64, order: f64 },
     #[error("{0}")]
     Parameter(String),
+    /// The release's f64 arithmetic cannot carry the shift the price assumes
+    /// (docs/PRIVACY.md, "Floating point").
+    #[error("{0}")]
+    BeyondPrecision(String),
 }
+
+/// rΔ∞ must be at least this many ulps of the largest shape (2²⁰): the shapes r·x + α are
+/// formed in f64, so a neighbour's shift of rΔ∞ arrives as rΔ∞ ± ½ulp; at 2²⁰ ulps that is a
+/// relative error below 2⁻²¹ of the shift, and the shift spans ≥ 2²⁰/3 of the sampler's
+/// resolution steps (`sampler::MAX_SHAPE`). Below it the divergence can exceed the charge by
+/// orders of magnitude (posterior r = 1000 at ε = 1e-6: 268×).
+pub const MIN_SHIFT_ULPS: f64 = 1_048_576.0;
 
 #[derive(Serialize)]
 struct CalibrationRecord {
@@ -373,15 +384,38 @@ pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
 /// Check, before anything is drawn, that every Gamma shape r·x_i + α_i of a Dirichlet draw is
 /// finite and positive (huge counts times a huge explicit r could overflow). Baselines have no
 /// shapes.
-pub fn check_shapes(draw: &Draw, counts: &Counts) -> Result<(), PlanError> {
+///
+/// Also the floating-point rules: every shape ≤ `sampler::MAX_SHAPE` (2⁵⁰, where the Gamma
+/// sampler is still exact) and rΔ∞ ≥ 2²⁰·ulp(largest shape) ([`MIN_SHIFT_ULPS`]), or the
+/// release is refused as `BeyondPrecision`: nothing drawn, nothing charged.
+pub fn check_shapes(draw: &Draw, counts: &Counts, sens: &Sensitivity) -> Result<(), PlanError> {
     if let Draw::Dirichlet { r, alpha } = draw {
         let params = DirichletParams {
             r: *r,
             alpha: alpha.clone(),
         };
-        release_shapes(counts, &params).map_err(|e| PlanError::Parameter(e.to_string()))?;
+        let shapes = release_shapes(counts, &params).map_err(|e| match e {
+            SampleError::ShapeTooLarge { .. } => PlanError::BeyondPrecision(format!(
+                "{e}; lower r or alpha (the largest supported shape r*count + alpha is 2^50)"
+            )),
+            _ => PlanError::Parameter(e.to_string()),
+        })?;
+        let largest = shapes.iter().copied().fold(0.0, f64::max);
+        let shift = r * sens.linf();
+        if !(shift >= MIN_SHIFT_ULPS * ulp(largest)) {
+            return Err(PlanError::BeyondPrecision(
+                "r times the sensitivity is below 2^20 ulps of the largest shape r*count + alpha, \
+                 so a neighbouring dataset's shift is lost to rounding; raise r or lower alpha"
+                    .to_string(),
+            ));
+        }
     }
     Ok(())
+}
+
+/// The gap between `x` (finite, > 0) and the next larger f64.
+fn ulp(x: f64) -> f64 {
+    f64::from_bits(x.to_bits() + 1) - x
 }
 
 /// The utility forecast of a plan (Dirichlet draws only; baselines have none).
@@ -563,5 +597,80 @@ mod tests {
         )
         .unwrap();
         assert_eq!(e.record["pricing"], "bound");
+    }
+}
+
+#[cfg(test)]
+mod precision_tests {
+    use super::*;
+
+    fn order(v: f64) -> Order {
+        Order::new(v).unwrap()
+    }
+
+    fn counts(v: &[f64]) -> Counts {
+        Counts::new(v.to_vec(), 1000).unwrap()
+    }
+
+    fn planned(spec: Spec, ledger: f64, sens: &Sensitivity, x: &[f64]) -> Result<Plan, PlanError> {
+        let p = plan(&spec, x.len(), order(ledger), sens)?;
+        check_shapes(&p.draw, &counts(x), sens)?;
+        Ok(p)
+    }
+
+    /// The audit cases of issue 10 item 3.
+    #[test]
+    fn audit_cases_are_refused_or_priced_safely() {
+        let s = Sensitivity::REPLACE_ONE;
+        // posterior r = 1000 at ε = 1e-6, λ₀ = 22: α ≈ 5e12, rΔ∞ = 1000 < 2²⁰·ulp(α).
+        let target = Target {
+            epsilon: Epsilon::new(1e-6).unwrap(),
+            order: order(22.0),
+        };
+        let e = planned(Spec::Posterior { target, r: 1000.0 }, 22.0, &s, &[5.0, 3.0]);
+        assert!(matches!(e, Err(PlanError::BeyondPrecision(_))), "{e:?}");
+        // explicit r = 1, α = 1e30, counts near 2⁴⁶: shapes beyond 2⁵⁰.
+        let explicit = |r: f64, a: f64| Spec::Explicit {
+            r,
+            alpha: Prior::Uniform(a),
+            cap: None,
+        };
+        let e = planned(explicit(1.0, 1e30), 2.0, &s, &[7e13, 7e13 + 1.0]);
+        assert!(matches!(e, Err(PlanError::BeyondPrecision(_))), "{e:?}");
+        // Dir(1e33, 1e33, 1e33): the sampler returned one fixed vector.
+        let e = planned(explicit(1.0, 1e33), 2.0, &s, &[0.0, 0.0, 0.0]);
+        assert!(matches!(e, Err(PlanError::BeyondPrecision(_))), "{e:?}");
+        // Shapes at the cap with a shift of 2²⁰ ulps pass; one ulp less fails.
+        let big = 2f64.powi(49);
+        let ok = planned(
+            explicit(1.0, big),
+            2.0,
+            &Sensitivity::ADD_REMOVE_ONE,
+            &[0.0, 0.0],
+        );
+        // ulp(2⁴⁹) = 2⁻³, 2²⁰·2⁻³ = 2¹⁷ > r = 1: refused; r = 2¹⁷ at the same shape passes.
+        assert!(matches!(ok, Err(PlanError::BeyondPrecision(_))), "{ok:?}");
+        let r = 2f64.powi(17);
+        let p = plan(
+            &explicit(r, 4.0 * big),
+            2,
+            order(1.5),
+            &Sensitivity::ADD_REMOVE_ONE,
+        )
+        .unwrap();
+        assert!(check_shapes(&p.draw, &counts(&[0.0, 0.0]), &Sensitivity::ADD_REMOVE_ONE).is_err());
+        let p = plan(
+            &explicit(r, big),
+            2,
+            order(1.5),
+            &Sensitivity::ADD_REMOVE_ONE,
+        )
+        .unwrap();
+        check_shapes(&p.draw, &counts(&[0.0, 0.0]), &Sensitivity::ADD_REMOVE_ONE).unwrap();
+        // explicit with tiny r and α: priced (≈ λr²/α² scale), not refused as "no guarantee".
+        for sens in [s, Sensitivity::new(2.0, 1.0).unwrap()] {
+            let p = planned(explicit(1e-170, 1e-168), 2.0, &sens, &[3.0, 0.0]).unwrap();
+            assert!(p.price > 1e-5 && p.price < 1.0, "{sens:?}: {}", p.price);
+        }
     }
 }

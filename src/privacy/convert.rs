@@ -297,7 +297,10 @@ mod tests {
             (1e6, -1.0000005000003333336e-6),
         ] {
             let got = log_one_minus_inverse(lambda);
-            assert!(((got - want) / want).abs() < 4e-16, "λ={lambda}: {got} vs {want}");
+            assert!(
+                ((got - want) / want).abs() < 4e-16,
+                "λ={lambda}: {got} vs {want}"
+            );
         }
     }
 
