@@ -1308,6 +1308,10 @@ async fn every_response_matches_the_description(backend: Backend) {
             json!({"counts": ok, "mechanism": "explicit", "r": 0.1, "alpha": 5.0, "epsilon": 1e-6}),
             "cost-exceeds-epsilon",
         ),
+        (
+            json!({"counts": ok, "mechanism": "explicit", "r": 1.0, "alpha": 1e33}),
+            "beyond-precision",
+        ),
     ] {
         api.call("previewRelease", &preview)
             .json(body.clone())
