@@ -1,8 +1,10 @@
 //! From a parsed release request to a priced plan and a draw. Pure: no I/O, no async.
 //!
-//! Every plan is priced by the RDP curve of the mechanism it actually runs, at the dataset's
-//! ledger order λ₀, whatever order it was calibrated at (PRIVACY-MATH.md: "this single formula
-//! prices every release"). The charge is that price rounded *up* to the ledger grid.
+//! Every plan is priced at the dataset's ledger order λ₀ by the curve of the mechanism it
+//! actually runs, whatever order it was calibrated at: the exact worst case ε* for Dirichlet
+//! draws on the histogram relations, 001 Corollary 3 on custom sensitivities
+//! (`privacy::curve::dirichlet_price`). A release calibrated at λ₀ to ε is charged the largest
+//! ledger-grid value ≤ ε; every other one its price inflated and rounded *up* to the grid.
 
 use serde::Serialize;
 use serde_json::{json, Value};
