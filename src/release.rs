@@ -8,8 +8,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::ledger::{charge_for, Units, UnitsError};
-use crate::privacy::calibrate::{gaussian_sigma, laplace_scale};
-use crate::privacy::curve::{dirichlet_max_order, dirichlet_rdp, gaussian_rdp, laplace_rdp};
+use crate::privacy::curve::{dirichlet_max_order, dirichlet_rdp};
+use crate::privacy::discrete::{self, MAX_NOISE_SCALE};
 use crate::privacy::sampler::{release_shapes, try_os_rng, try_sample_dirichlet};
 use crate::privacy::utility::{dirichlet_forecast, Forecast};
 use crate::privacy::{
@@ -192,30 +192,36 @@ pub fn plan(
             )
         }
         Spec::Gaussian(noise) => {
+            discrete::integer_sensitivity(sens).map_err(PlanError::Parameter)?;
             let (sigma, cap, calibration) = match noise {
                 Noise::Given { value, cap } => (*value, *cap, None),
                 Noise::Calibrated(t) => (
-                    gaussian_sigma(t.order, t.epsilon, sens),
+                    discrete::gaussian_sigma(t.order, t.epsilon, sens)?,
                     None,
                     Some(target_record(t)),
                 ),
             };
-            let mut record = json!({"kind": "gaussian", "sigma": sigma});
+            check_noise_scale("sigma", sigma)?;
+            let pricing = discrete::gaussian_pricing(ledger_order, sens).as_str();
+            let mut record = json!({"kind": "gaussian", "sigma": sigma, "pricing": pricing});
             if let Some(c) = calibration {
                 record["calibration"] = c;
             }
             (Draw::Gaussian { sigma }, record, cap)
         }
         Spec::Laplace(noise) => {
+            discrete::integer_sensitivity(sens).map_err(PlanError::Parameter)?;
             let (scale, cap, calibration) = match noise {
                 Noise::Given { value, cap } => (*value, *cap, None),
                 Noise::Calibrated(t) => (
-                    laplace_scale(t.order, t.epsilon, sens, d)?,
+                    discrete::laplace_scale(t.order, t.epsilon, sens, d)?,
                     None,
                     Some(target_record(t)),
                 ),
             };
-            let mut record = json!({"kind": "laplace", "scale": scale});
+            check_noise_scale("scale", scale)?;
+            let pricing = discrete::laplace_pricing(sens).as_str();
+            let mut record = json!({"kind": "laplace", "scale": scale, "pricing": pricing});
             if let Some(c) = calibration {
                 record["calibration"] = c;
             }
@@ -273,8 +279,8 @@ pub fn plan(
 pub fn price(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> f64 {
     match draw {
         Draw::Dirichlet { r, alpha } => dirichlet_rdp(order, *r, alpha.min(), sens),
-        Draw::Gaussian { sigma } => gaussian_rdp(order, *sigma, sens),
-        Draw::Laplace { scale } => laplace_rdp(order, *scale, sens, d),
+        Draw::Gaussian { sigma } => discrete::gaussian_rdp(order, *sigma, sens),
+        Draw::Laplace { scale } => discrete::laplace_rdp(order, *scale, sens, d),
     }
 }
 
@@ -291,23 +297,45 @@ pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
             let shapes = release_shapes(counts, &params).map_err(|e| e.to_string())?;
             try_sample_dirichlet(&shapes, &mut rng).map_err(|e| e.to_string())
         }
-        Draw::Gaussian { sigma } => Ok(baseline::gaussian_release(counts, *sigma, &mut rng)),
-        Draw::Laplace { scale } => Ok(baseline::laplace_release(counts, *scale, &mut rng)),
+        Draw::Gaussian { sigma } => {
+            baseline::gaussian_release(counts, *sigma, &mut rng).map_err(|e| e.to_string())
+        }
+        Draw::Laplace { scale } => {
+            baseline::laplace_release(counts, *scale, &mut rng).map_err(|e| e.to_string())
+        }
     }
 }
 
 /// Check, before anything is drawn, that every Gamma shape r·x_i + α_i of a Dirichlet draw is
-/// finite and positive (huge counts times a huge explicit r could overflow). Baselines have no
-/// shapes.
+/// finite and positive (huge counts times a huge explicit r could overflow), and that the
+/// counts of a baseline are integers (its noise is discrete; the error names the cell, never
+/// its value).
 pub fn check_shapes(draw: &Draw, counts: &Counts) -> Result<(), PlanError> {
-    if let Draw::Dirichlet { r, alpha } = draw {
-        let params = DirichletParams {
-            r: *r,
-            alpha: alpha.clone(),
-        };
-        release_shapes(counts, &params).map_err(|e| PlanError::Parameter(e.to_string()))?;
+    match draw {
+        Draw::Dirichlet { r, alpha } => {
+            let params = DirichletParams {
+                r: *r,
+                alpha: alpha.clone(),
+            };
+            release_shapes(counts, &params).map_err(|e| PlanError::Parameter(e.to_string()))?;
+        }
+        Draw::Gaussian { .. } | Draw::Laplace { .. } => {
+            baseline::integer_counts(counts).map_err(|e| PlanError::Parameter(e.to_string()))?;
+        }
     }
     Ok(())
+}
+
+/// The discrete samplers take noise scales up to 2⁵² (`discrete::MAX_NOISE_SCALE`); beyond
+/// that the noise is ~4.5e15, larger than any count the API admits.
+fn check_noise_scale(name: &str, value: f64) -> Result<(), PlanError> {
+    if value <= MAX_NOISE_SCALE {
+        Ok(())
+    } else {
+        Err(PlanError::Parameter(format!(
+            "the {name} this release needs ({value:e}) is above 2^52, the largest noise scale the gaussian and laplace mechanisms support; ask for a larger epsilon or a smaller {name}"
+        )))
+    }
 }
 
 /// The utility forecast of a plan (Dirichlet draws only; baselines have none).

@@ -22,7 +22,7 @@ pub const CHARGE_INFLATION: f64 = 2e-13;
 /// How far below the target a calibrated curve value may fall.
 pub const SPEND_TOLERANCE: f64 = 1e-9;
 /// The solvers aim this far (relatively) below the target.
-const TARGET_SHORTFALL: f64 = 1e-12;
+pub(crate) const TARGET_SHORTFALL: f64 = 1e-12;
 /// Residual of ln(curve/target) at which Newton stops.
 const RESIDUAL: f64 = 1e-14;
 
@@ -131,7 +131,12 @@ fn verdict(curve: f64, epsilon: f64) -> Verdict {
 /// themselves): steps of 1, 2, 4, … ulps outward until the verdict flips, then bisection of
 /// the bit interval, so a window narrower than a relative 1e-15 is still found, and one that
 /// falls between two adjacent floats is reported as `None` after at most ~130 evaluations.
-fn settle(p: f64, rising: bool, epsilon: f64, curve: impl Fn(f64) -> f64) -> Option<f64> {
+pub(crate) fn settle(
+    p: f64,
+    rising: bool,
+    epsilon: f64,
+    curve: impl Fn(f64) -> f64,
+) -> Option<f64> {
     let mut bits = p.to_bits();
     let mut step: u64 = 1;
     // Bit patterns known to price over (`over`) and under (`under`) the window.
@@ -178,7 +183,12 @@ fn settle(p: f64, rising: bool, epsilon: f64, curve: impl Fn(f64) -> f64) -> Opt
 /// stay inside the current bracket [lo, hi] (either side may be infinite until found),
 /// bisection or outward expansion otherwise. Returns t with |F(t)| ≤ `RESIDUAL`, or the last
 /// iterate once the steps stall at rounding level.
-fn newton(mut f: impl FnMut(f64) -> (f64, f64), start: f64, mut lo: f64, mut hi: f64) -> f64 {
+pub(crate) fn newton(
+    mut f: impl FnMut(f64) -> (f64, f64),
+    start: f64,
+    mut lo: f64,
+    mut hi: f64,
+) -> f64 {
     let mut t = start;
     for _ in 0..200 {
         let (v, dv) = f(t);
