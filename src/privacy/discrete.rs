@@ -22,7 +22,7 @@
 //!   the continuous curve (at large 1/b it exceeds it: it tends to the pure-DP bound 1/b, the
 //!   continuous one to 1/b − ln((2λ−1)/λ)/(λ−1)).
 use num_bigint::BigUint;
-use num_traits::Zero;
+use num_traits::{ToPrimitive, Zero};
 use rand::Rng;
 
 use super::calibrate::{newton, settle, CalibrationError, TARGET_SHORTFALL};
@@ -137,6 +137,30 @@ fn bernoulli_exp_big(num: &BigUint, den: &BigUint, rng: &mut CsRng) -> bool {
     }
 }
 
+/// [`bernoulli_exp_big`] in u128 arithmetic, the common case (no allocation). The same
+/// algorithm step for step: a trial whose den·K would overflow runs in big integers instead.
+fn bernoulli_exp_u128(num: u128, den: u128, rng: &mut CsRng) -> bool {
+    let mut whole = num / den;
+    let rest = num % den;
+    while whole > 0 {
+        if !bernoulli_exp_minus_one(rng) {
+            return false;
+        }
+        whole -= 1;
+    }
+    let mut k: u64 = 1;
+    loop {
+        let below = match den.checked_mul(k as u128) {
+            Some(dk) => uniform_below(dk, rng) < rest,
+            None => uniform_below_big(&(BigUint::from(den) * k), rng) < BigUint::from(rest),
+        };
+        if !below {
+            return k % 2 == 1;
+        }
+        k = k.saturating_add(1);
+    }
+}
+
 /// An f64 > 0 as an exact dyadic rational m·2^e with m odd.
 fn dyadic(x: f64) -> (u64, i32) {
     let bits = x.to_bits();
@@ -229,6 +253,10 @@ pub struct DiscreteGaussian {
     /// σ² = big_m / 2^k.
     big_m: BigUint,
     k: u32,
+    /// 2^{k+1}·M·t², the acceptance exponent's denominator.
+    den: BigUint,
+    /// M and the denominator in u128 when they fit (σ below ~2²⁶), for the allocation-free path.
+    small: Option<(u128, u128)>,
 }
 
 impl DiscreteGaussian {
@@ -251,10 +279,15 @@ impl DiscreteGaussian {
         } else {
             (BigUint::from(m), e.unsigned_abs())
         };
+        let t = sigma.floor() as u64 + 1;
+        let den = (&big_m * t * t) << (k as usize + 1);
+        let small = big_m.to_u128().zip(den.to_u128());
         Ok(Self {
-            t: sigma.floor() as u64 + 1,
+            t,
             big_m,
             k,
+            den,
+            small,
         })
     }
 
@@ -262,21 +295,32 @@ impl DiscreteGaussian {
     /// L_ℤ(t) is kept with probability exp(−(|Y| − σ²/t)²/(2σ²)); with σ² = M/2^k that exponent
     /// is (|Y|·t·2^k − M)² / (2^{k+1}·M·t²), a ratio of integers.
     pub fn sample(&self, rng: &mut CsRng) -> i128 {
-        let t = BigUint::from(self.t);
-        let den = (&self.big_m * &t * &t) << (self.k as usize + 1);
         loop {
             let y = discrete_laplace_parts(self.t, 0, rng);
-            let a = (BigUint::from(y.unsigned_abs()) * &t) << self.k as usize;
-            let diff = if a >= self.big_m {
-                a - &self.big_m
-            } else {
-                &self.big_m - a
-            };
-            let num = &diff * &diff;
-            if bernoulli_exp_big(&num, &den, rng) {
+            if self.accept(y.unsigned_abs(), rng) {
                 return y;
             }
         }
+    }
+
+    fn accept(&self, abs_y: u128, rng: &mut CsRng) -> bool {
+        if let Some((m, den)) = self.small {
+            let num = abs_y
+                .checked_mul(self.t as u128)
+                .and_then(|a| a.checked_mul(1u128.checked_shl(self.k)?))
+                .map(|a| a.abs_diff(m))
+                .and_then(|diff| diff.checked_mul(diff));
+            if let Some(num) = num {
+                return bernoulli_exp_u128(num, den, rng);
+            }
+        }
+        let a = (BigUint::from(abs_y) * self.t) << self.k as usize;
+        let diff = if a >= self.big_m {
+            a - &self.big_m
+        } else {
+            &self.big_m - a
+        };
+        bernoulli_exp_big(&(&diff * &diff), &self.den, rng)
     }
 }
 
@@ -799,6 +843,28 @@ mod tests {
                 "{num}/{den}"
             );
         }
+    }
+
+    #[test]
+    fn the_u128_and_big_integer_acceptance_paths_both_accept_with_exp_minus_gamma() {
+        let sigma = 3.3f64;
+        let g = DiscreteGaussian::new(sigma).unwrap();
+        assert!(g.small.is_some());
+        let mut slow = g.clone();
+        slow.small = None;
+        let mut rng = test_rng(21);
+        let n = 20_000;
+        for abs_y in [0u128, 1, 4, 9] {
+            let t = 4.0; // ⌊3.3⌋ + 1
+            let p = (-(abs_y as f64 - sigma * sigma / t).powi(2) / (2.0 * sigma * sigma)).exp();
+            let sd = (p * (1.0 - p) / n as f64).sqrt();
+            for path in [&g, &slow] {
+                let hits = (0..n).filter(|_| path.accept(abs_y, &mut rng)).count();
+                let f = hits as f64 / n as f64;
+                assert!((f - p).abs() <= 6.0 * sd + 1e-9, "|y|={abs_y}: {f} vs {p}");
+            }
+        }
+        assert!(DiscreteGaussian::new(1e12).unwrap().small.is_none());
     }
 
     /// Pearson χ² of integer draws against a pmf over |y| ≤ k (tails pooled).
