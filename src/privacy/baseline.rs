@@ -326,6 +326,7 @@ mod tests {
         ] {
             let (f0, n0) = low_bit_zero_fraction((0..n).map(|_| naive(0.0, &mut rng)));
             let (f1, n1) = low_bit_zero_fraction((0..n).map(|_| naive(1.0, &mut rng)));
+            eprintln!("{name}: low bit 0 in [2, 3): x = 0 {f0:.4} of {n0}, x = 1 {f1:.4} of {n1}");
             assert!(n0 > 5_000 && n1 > 5_000, "{name}: {n0} {n1}");
             assert!((f0 - 0.5).abs() < 0.03, "{name}: x = 0 gives {f0}");
             assert!((f1 - 0.75).abs() < 0.03, "{name}: x = 1 gives {f1}");
