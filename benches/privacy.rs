@@ -1,10 +1,11 @@
 //! Benchmarks of the privacy core: ψ′, every calibration, and Dirichlet sampling at
-//! d = 16, 1,000 and 1,000,000, and the ChaCha20 keystream behind the sampler. Run with
-//! `cargo bench --bench privacy`.
+//! d = 16, 1,000 and 1,000,000, the ChaCha20 keystream behind the sampler, and the discrete
+//! baselines at d = 1,000 and 100,000. Run with `cargo bench --bench privacy`.
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use dirichlet_release::privacy::calibrate::{gaussian_sigma, laplace_scale};
+use dirichlet_release::privacy::baseline::{gaussian_release, laplace_release};
+use dirichlet_release::privacy::discrete::{gaussian_sigma, laplace_scale};
 use dirichlet_release::privacy::sampler::{os_rng, sample_dirichlet};
 use dirichlet_release::privacy::special::trigamma;
 use dirichlet_release::privacy::{calibrate, Calibration, Epsilon, Order, Prior, Sensitivity};
@@ -50,7 +51,7 @@ fn calibrations(c: &mut Criterion) {
     }
     let e = Epsilon::new(1.0).unwrap();
     g.bench_function("gaussian_sigma", |b| {
-        b.iter(|| gaussian_sigma(black_box(order), e, &s))
+        b.iter(|| gaussian_sigma(black_box(order), e, &s).unwrap())
     });
     g.bench_function("laplace_scale_replace_one", |b| {
         b.iter(|| laplace_scale(black_box(order), e, &s, 1000).unwrap())
@@ -113,5 +114,29 @@ fn keystream(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, special, calibrations, sampling, keystream);
+fn baselines(c: &mut Criterion) {
+    let mut g = c.benchmark_group("baseline_release");
+    g.sample_size(10);
+    let mut rng = os_rng();
+    for d in [1_000usize, 100_000] {
+        let counts: Vec<f64> = (0..d).map(|i| ((i * 7919) % 50) as f64).collect();
+        let counts = dirichlet_release::privacy::Counts::new(counts, d).unwrap();
+        g.throughput(Throughput::Elements(d as u64));
+        for noise in [1.0, 100.0] {
+            g.bench_with_input(
+                BenchmarkId::new(format!("discrete_gaussian_sigma_{noise}"), d),
+                &counts,
+                |b, c| b.iter(|| gaussian_release(black_box(c), noise, &mut rng).unwrap()),
+            );
+            g.bench_with_input(
+                BenchmarkId::new(format!("discrete_laplace_scale_{noise}"), d),
+                &counts,
+                |b, c| b.iter(|| laplace_release(black_box(c), noise, &mut rng).unwrap()),
+            );
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, special, calibrations, sampling, keystream, baselines);
 criterion_main!(benches);

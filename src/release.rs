@@ -10,10 +10,8 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::ledger::{charge_for, Units, UnitsError};
-use crate::privacy::calibrate::{gaussian_sigma, laplace_scale};
-use crate::privacy::curve::{
-    dirichlet_max_order, dirichlet_price, gaussian_rdp, laplace_rdp, Pricing,
-};
+use crate::privacy::curve::{dirichlet_max_order, dirichlet_price, Pricing};
+use crate::privacy::discrete::{self, MAX_NOISE_SCALE};
 use crate::privacy::sampler::{release_shapes, try_os_rng, try_sample_dirichlet, SampleError};
 use crate::privacy::utility::{dirichlet_forecast, Forecast};
 use crate::privacy::{
@@ -250,14 +248,16 @@ pub fn plan(
             )
         }
         Spec::Gaussian(noise) => {
+            discrete::integer_sensitivity(sens).map_err(PlanError::Parameter)?;
             let (sigma, cap, calibration) = match noise {
                 Noise::Given { value, cap } => (*value, *cap, None),
                 Noise::Calibrated(t) => (
-                    gaussian_sigma(t.order, grid(t).epsilon, sens),
+                    discrete::gaussian_sigma(t.order, grid(t).epsilon, sens)?,
                     None,
                     Some(target_record(t)),
                 ),
             };
+            check_noise_scale("sigma", sigma)?;
             let mut record = json!({"kind": "gaussian", "sigma": sigma});
             if let Some(c) = calibration {
                 record["calibration"] = c;
@@ -265,14 +265,16 @@ pub fn plan(
             (Draw::Gaussian { sigma }, record, cap)
         }
         Spec::Laplace(noise) => {
+            discrete::integer_sensitivity(sens).map_err(PlanError::Parameter)?;
             let (scale, cap, calibration) = match noise {
                 Noise::Given { value, cap } => (*value, *cap, None),
                 Noise::Calibrated(t) => (
-                    laplace_scale(t.order, grid(t).epsilon, sens, d)?,
+                    discrete::laplace_scale(t.order, grid(t).epsilon, sens, d)?,
                     None,
                     Some(target_record(t)),
                 ),
             };
+            check_noise_scale("scale", scale)?;
             let mut record = json!({"kind": "laplace", "scale": scale});
             if let Some(c) = calibration {
                 record["calibration"] = c;
@@ -357,10 +359,13 @@ pub fn price(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> f64 {
 pub fn price_with_curve(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> (f64, Pricing) {
     match draw {
         Draw::Dirichlet { r, alpha } => dirichlet_price(order, *r, alpha, sens),
-        Draw::Gaussian { sigma } => (gaussian_rdp(order, *sigma, sens), Pricing::Exact),
+        Draw::Gaussian { sigma } => (
+            discrete::gaussian_rdp(order, *sigma, sens),
+            discrete::gaussian_pricing(order, sens),
+        ),
         Draw::Laplace { scale } => (
-            laplace_rdp(order, *scale, sens, d),
-            Pricing::for_sensitivity(sens),
+            discrete::laplace_rdp(order, *scale, sens, d),
+            discrete::laplace_pricing(sens),
         ),
     }
 }
@@ -378,38 +383,48 @@ pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
             let shapes = release_shapes(counts, &params).map_err(|e| e.to_string())?;
             try_sample_dirichlet(&shapes, &mut rng).map_err(|e| e.to_string())
         }
-        Draw::Gaussian { sigma } => Ok(baseline::gaussian_release(counts, *sigma, &mut rng)),
-        Draw::Laplace { scale } => Ok(baseline::laplace_release(counts, *scale, &mut rng)),
+        Draw::Gaussian { sigma } => {
+            baseline::gaussian_release(counts, *sigma, &mut rng).map_err(|e| e.to_string())
+        }
+        Draw::Laplace { scale } => {
+            baseline::laplace_release(counts, *scale, &mut rng).map_err(|e| e.to_string())
+        }
     }
 }
 
 /// Check, before anything is drawn, that every Gamma shape r·x_i + α_i of a Dirichlet draw is
-/// finite and positive (huge counts times a huge explicit r could overflow). Baselines have no
-/// shapes.
+/// finite and positive (huge counts times a huge explicit r could overflow), and that the
+/// counts of a baseline are integers (its noise is discrete; the error names the cell, never
+/// its value).
 ///
 /// Also the floating-point rules: every shape ≤ `sampler::MAX_SHAPE` (2⁵⁰, where the Gamma
 /// sampler is still exact) and rΔ∞ ≥ 2²⁰·ulp(largest shape) ([`MIN_SHIFT_ULPS`]), or the
 /// release is refused as `BeyondPrecision`: nothing drawn, nothing charged.
 pub fn check_shapes(draw: &Draw, counts: &Counts, sens: &Sensitivity) -> Result<(), PlanError> {
-    if let Draw::Dirichlet { r, alpha } = draw {
-        let params = DirichletParams {
-            r: *r,
-            alpha: alpha.clone(),
-        };
-        let shapes = release_shapes(counts, &params).map_err(|e| match e {
-            SampleError::ShapeTooLarge { .. } => PlanError::BeyondPrecision(format!(
-                "{e}; lower r or alpha (the largest supported shape r*count + alpha is 2^50)"
-            )),
-            _ => PlanError::Parameter(e.to_string()),
-        })?;
-        let largest = shapes.iter().copied().fold(0.0, f64::max);
-        let shift = r * sens.linf();
-        if !(shift >= MIN_SHIFT_ULPS * ulp(largest)) {
-            return Err(PlanError::BeyondPrecision(
-                "r times the sensitivity is below 2^20 ulps of the largest shape r*count + alpha, \
-                 so a neighbouring dataset's shift is lost to rounding; raise r or lower alpha"
-                    .to_string(),
-            ));
+    match draw {
+        Draw::Dirichlet { r, alpha } => {
+            let params = DirichletParams {
+                r: *r,
+                alpha: alpha.clone(),
+            };
+            let shapes = release_shapes(counts, &params).map_err(|e| match e {
+                SampleError::ShapeTooLarge { .. } => PlanError::BeyondPrecision(format!(
+                    "{e}; lower r or alpha (the largest supported shape r*count + alpha is 2^50)"
+                )),
+                _ => PlanError::Parameter(e.to_string()),
+            })?;
+            let largest = shapes.iter().copied().fold(0.0, f64::max);
+            let shift = r * sens.linf();
+            if !(shift >= MIN_SHIFT_ULPS * ulp(largest)) {
+                return Err(PlanError::BeyondPrecision(
+                    "r times the sensitivity is below 2^20 ulps of the largest shape r*count + alpha, \
+                     so a neighbouring dataset's shift is lost to rounding; raise r or lower alpha"
+                        .to_string(),
+                ));
+            }
+        }
+        Draw::Gaussian { .. } | Draw::Laplace { .. } => {
+            baseline::integer_counts(counts).map_err(|e| PlanError::Parameter(e.to_string()))?;
         }
     }
     Ok(())
@@ -418,6 +433,18 @@ pub fn check_shapes(draw: &Draw, counts: &Counts, sens: &Sensitivity) -> Result<
 /// The gap between `x` (finite, > 0) and the next larger f64.
 fn ulp(x: f64) -> f64 {
     f64::from_bits(x.to_bits() + 1) - x
+}
+
+/// The discrete samplers take noise scales up to 2⁵² (`discrete::MAX_NOISE_SCALE`); beyond
+/// that the noise is ~4.5e15, larger than any count the API admits.
+fn check_noise_scale(name: &str, value: f64) -> Result<(), PlanError> {
+    if value <= MAX_NOISE_SCALE {
+        Ok(())
+    } else {
+        Err(PlanError::Parameter(format!(
+            "the {name} this release needs ({value:e}) is above 2^52, the largest noise scale the gaussian and laplace mechanisms support; ask for a larger epsilon or a smaller {name}"
+        )))
+    }
 }
 
 /// The utility forecast of a plan (Dirichlet draws only; baselines have none).

@@ -1026,6 +1026,146 @@ async fn exact_splits_and_exact_pricing(backend: Backend) {
     }
 }
 
+async fn baselines_are_discrete_priced_and_projected(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(2.0, 8000.0).await;
+    let path = format!("/v1/datasets/{id}/releases");
+    // Discrete noise needs integer counts: a clear 422 that names the cell, not its value, and
+    // charges nothing.
+    for (mechanism, noise) in [("gaussian", "sigma"), ("laplace", "scale")] {
+        let mut given = json!({"counts": [3, 1, 2.25], "mechanism": mechanism});
+        given[noise] = json!(2.0);
+        for body in [
+            json!({"counts": [3, 0.5, 2], "epsilon": 1.0, "mechanism": mechanism}),
+            given,
+        ] {
+            for route in [path.clone(), format!("{path}/preview")] {
+                let response = app.post(&route, ADMIN_TOKEN, &body).await;
+                let problem = assert_problem(
+                    response,
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid-request",
+                )
+                .await;
+                let detail = problem["detail"].as_str().unwrap();
+                assert!(detail.contains("integer"), "{detail}");
+                assert!(
+                    !detail.contains("0.5") && !detail.contains("2.25"),
+                    "{detail}"
+                );
+            }
+        }
+    }
+    let budget = app.budget(&id).await;
+    assert_eq!(budget["spent"], 0.0);
+    assert_eq!(budget["releases"], 0);
+    // Noise this small is 0 with probability 1 − O(e⁻²⁰): the projection of x/N is x/N.
+    for body in [
+        json!({"counts": [100, 300, 600], "mechanism": "gaussian", "sigma": 0.05}),
+        json!({"counts": [100, 300, 600], "mechanism": "laplace", "scale": 0.05}),
+    ] {
+        let response = app.post(&path, ADMIN_TOKEN, &body).await;
+        assert_eq!(response.status(), StatusCode::CREATED, "{body}");
+        let release: Value = response.json().await.unwrap();
+        assert_eq!(release["distribution"], json!([0.1, 0.3, 0.6]), "{body}");
+        // replace-one at the integer order 2: both curves are the exact worst case.
+        assert_eq!(release["mechanism"]["pricing"], "exact", "{body}");
+    }
+    // The Gaussian at σ = 0.05 costs λΔ2²/(2σ²) = 800 on the ledger's 2⁻⁴⁰ grid; the discrete
+    // Laplace at b = 0.05, 2·D₁(2, 20) = 2·(20 + ln((1 + e⁻⁶⁰)/(1 + e⁻²⁰))) ≈ 40 (not the
+    // continuous curve's 40 − 2 ln(3/2)).
+    let budget = app.budget(&id).await;
+    let spent = budget["spent"].as_f64().unwrap();
+    let laplace = 2.0 * (20.0 + ((1.0 + (-60f64).exp()) / (1.0 + (-20f64).exp())).ln());
+    assert!((spent - 800.0 - laplace).abs() < 1e-9, "{spent}");
+
+    // A non-integer ledger order prices the Gaussian by CKS20's bound.
+    let id = app.create_dataset(2.5, 10.0).await;
+    let response = app
+        .post(
+            &format!("/v1/datasets/{id}/releases"),
+            ADMIN_TOKEN,
+            &json!({"counts": [5, 3, 1], "epsilon": 1.0, "mechanism": "gaussian"}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let release: Value = response.json().await.unwrap();
+    assert_eq!(release["mechanism"]["pricing"], "bound");
+    assert!(spends_exactly(
+        release["cost"]["epsilon"].as_f64().unwrap(),
+        1.0
+    ));
+
+    // Custom sensitivities: integer shifts, priced by a bound; linf < 1 admits no integer
+    // shift and is refused.
+    let custom = |sensitivity: Value| json!({"name": "c", "budget": {"order": 3, "epsilon": 10}, "sensitivity": sensitivity});
+    let response = app
+        .post(
+            "/v1/datasets",
+            ADMIN_TOKEN,
+            &custom(json!({"l2_squared": 8, "linf": 2})),
+        )
+        .await;
+    let dataset: Value = response.json().await.unwrap();
+    let releases = format!("/v1/datasets/{}/releases", dataset["id"].as_str().unwrap());
+    for mechanism in ["gaussian", "laplace"] {
+        let response = app
+            .post(
+                &releases,
+                ADMIN_TOKEN,
+                &json!({"counts": [5, 3, 1], "epsilon": 0.5, "mechanism": mechanism}),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED, "{mechanism}");
+        let release: Value = response.json().await.unwrap();
+        assert_eq!(release["mechanism"]["pricing"], "bound");
+        assert_distribution(&release["distribution"], 3);
+        assert!(spends_exactly(
+            release["cost"]["epsilon"].as_f64().unwrap(),
+            0.5
+        ));
+    }
+    let response = app
+        .post(
+            "/v1/datasets",
+            ADMIN_TOKEN,
+            &custom(json!({"l2_squared": 0.25, "linf": 0.5})),
+        )
+        .await;
+    let dataset: Value = response.json().await.unwrap();
+    let releases = format!("/v1/datasets/{}/releases", dataset["id"].as_str().unwrap());
+    for body in [
+        json!({"counts": [5, 3, 1], "epsilon": 0.5, "mechanism": "gaussian"}),
+        json!({"counts": [5, 3, 1], "mechanism": "laplace", "scale": 3.0}),
+    ] {
+        let response = app.post(&releases, ADMIN_TOKEN, &body).await;
+        let problem = assert_problem(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
+        assert!(
+            problem["detail"].as_str().unwrap().contains("linf"),
+            "{problem}"
+        );
+    }
+    // Noise scales above 2⁵² are refused before anything is drawn.
+    let response = app
+        .post(
+            &format!("/v1/datasets/{id}/releases"),
+            ADMIN_TOKEN,
+            &json!({"counts": [5, 3, 1], "mechanism": "gaussian", "sigma": 1e20}),
+        )
+        .await;
+    assert_problem(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
+}
+
 on_both_backends!(
     exact_splits_and_exact_pricing,
     a_timed_out_release_is_a_problem_and_never_half_written,
@@ -1037,4 +1177,5 @@ on_both_backends!(
     idempotent_retries_return_the_stored_release,
     concurrent_releases_never_overspend,
     operational_endpoints,
+    baselines_are_discrete_priced_and_projected,
 );

@@ -1273,6 +1273,19 @@ async fn every_response_matches_the_description(backend: Backend) {
             json!({"counts": ok, "mechanism": "laplace", "scale": -2}),
             true,
         ),
+        // Discrete noise needs integer counts and a scale ≤ 2^52 (not expressible in the schema).
+        (
+            json!({"counts": [5, 0.5, 1], "mechanism": "gaussian", "sigma": 1}),
+            false,
+        ),
+        (
+            json!({"counts": [5, 0.5, 1], "epsilon": 0.1, "mechanism": "laplace"}),
+            false,
+        ),
+        (
+            json!({"counts": ok, "mechanism": "gaussian", "sigma": 1e20}),
+            false,
+        ),
         (
             json!({"counts": ok, "epsilon": 0.1, "mechanism": "dirichlet", "sigma": 1}),
             true,

@@ -28,7 +28,7 @@ pub const SPEND_TOLERANCE: f64 = 1e-9;
 /// within `SPEND_TOLERANCE` (the exact curve near its pole moves by more per ulp).
 pub const POLE_SPEND_TOLERANCE: f64 = 1e-6;
 /// The solvers aim this far (relatively) below the target.
-const TARGET_SHORTFALL: f64 = 1e-12;
+pub(crate) const TARGET_SHORTFALL: f64 = 1e-12;
 /// Residual of ln(curve/target) at which Newton stops.
 const RESIDUAL: f64 = 1e-14;
 
@@ -138,7 +138,12 @@ fn verdict(curve: f64, epsilon: f64) -> Verdict {
 /// the bit interval, so a window narrower than a relative 1e-15 is still found, and one that
 /// falls between two adjacent floats gives the one below the window (after at most ~130
 /// evaluations); `None` only when p leaves the positive finite floats.
-fn settle(p: f64, rising: bool, epsilon: f64, curve: impl Fn(f64) -> f64) -> Option<f64> {
+pub(crate) fn settle(
+    p: f64,
+    rising: bool,
+    epsilon: f64,
+    curve: impl Fn(f64) -> f64,
+) -> Option<f64> {
     let mut bits = p.to_bits();
     let mut step: u64 = 1;
     // Bit patterns known to price over (`over`) and under (`under`) the window.
@@ -189,7 +194,12 @@ fn settle(p: f64, rising: bool, epsilon: f64, curve: impl Fn(f64) -> f64) -> Opt
 /// stay inside the current bracket [lo, hi] (either side may be infinite until found),
 /// bisection or outward expansion otherwise. Returns t with |F(t)| ≤ `RESIDUAL`, or the last
 /// iterate once the steps stall at rounding level.
-fn newton(mut f: impl FnMut(f64) -> (f64, f64), start: f64, mut lo: f64, mut hi: f64) -> f64 {
+pub(crate) fn newton(
+    mut f: impl FnMut(f64) -> (f64, f64),
+    start: f64,
+    mut lo: f64,
+    mut hi: f64,
+) -> f64 {
     let mut t = start;
     for _ in 0..200 {
         let (v, dv) = f(t);

@@ -281,7 +281,7 @@ const PHI_SERIES: [f64; 18] = {
 };
 
 /// φ(z) = e^z − 1 − z, accurate to a few ulps relative for every finite z.
-fn exp_minus_one_minus_id(z: f64) -> f64 {
+pub(crate) fn exp_minus_one_minus_id(z: f64) -> f64 {
     if z.abs() <= 1.0 {
         // φ(z)/z² = Σₖ zᵏ/(k+2)!, ≥ 1/3 on [−1, 1]: no cancellation. 18 terms reach 1/20! < 1e-18.
         let sum = PHI_SERIES.iter().rev().fold(0.0, |acc, &c| acc * z + c);

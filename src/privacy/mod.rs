@@ -7,6 +7,7 @@ pub mod baseline;
 pub mod calibrate;
 pub mod convert;
 pub mod curve;
+pub mod discrete;
 pub mod divergence;
 pub mod exact;
 pub mod sampler;
