@@ -138,5 +138,12 @@ fn baselines(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, special, calibrations, sampling, keystream, baselines);
+criterion_group!(
+    benches,
+    special,
+    calibrations,
+    sampling,
+    keystream,
+    baselines
+);
 criterion_main!(benches);
