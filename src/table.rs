@@ -321,13 +321,14 @@ fn shapes(r: f64, alpha: &Prior, rows: &[Vec<f64>]) -> Vec<Vec<f64>> {
         for draw in [
             Draw::Dirichlet {
                 r: 1.0,
-                alpha: Prior::uniform(1.0).unwrap(),
+                alpha: Prior::uniform(3.0).unwrap(),
             },
             Draw::Gaussian { sigma: 2.0 },
             Draw::Laplace { scale: 2.0 },
         ] {
             let order = 2.0;
             let (worst, _) = worst_and_price(&t, &draw, order, &Sensitivity::REPLACE_ONE);
+            assert!(worst.is_finite());
             let add_remove = release::price(
                 &draw,
                 Order::new(order).unwrap(),

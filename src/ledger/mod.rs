@@ -387,3 +387,42 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Ledger figures of every dataset (for metrics).
     async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_keep_their_rows() {
+        let t = Table::from_rows(vec![vec![0.5, 0.5], vec![1.0, 0.0], vec![0.25, 0.75]]).unwrap();
+        assert_eq!((t.rows(), t.cells()), (3, 2));
+        let rows: Vec<&[f64]> = t.iter_rows().collect();
+        assert_eq!(rows, vec![&[0.5, 0.5][..], &[1.0, 0.0], &[0.25, 0.75]]);
+        let output = Output::Table(t.clone());
+        assert_eq!(output.rows(), Some(3));
+        assert_eq!(output.values(), &[0.5, 0.5, 1.0, 0.0, 0.25, 0.75]);
+        assert_eq!(Table::from_flat(output.values().to_vec(), 3), Some(t));
+        assert_eq!(Output::Vector(vec![1.0]).rows(), None);
+
+        assert_eq!(Table::from_rows(vec![]), None);
+        assert_eq!(Table::from_rows(vec![vec![]]), None);
+        assert_eq!(Table::from_rows(vec![vec![1.0], vec![0.5, 0.5]]), None);
+        assert_eq!(Table::from_flat(vec![1.0; 6], 4), None);
+        assert_eq!(Table::from_flat(vec![1.0; 6], 0), None);
+        assert_eq!(Table::from_flat(vec![], 1), None);
+    }
+
+    #[test]
+    fn labels_are_checked() {
+        assert_eq!(
+            Label::new("NB feature 7 | by class".into()).unwrap().as_str(),
+            "NB feature 7 | by class"
+        );
+        assert!(Label::new("é".repeat(200)).is_ok());
+        assert_eq!(Label::new("é".repeat(201)), Err(LabelError::Length));
+        assert_eq!(Label::new(String::new()), Err(LabelError::Length));
+        for bad in ["a\nb", "tab\there", "\u{7f}", "\u{85}"] {
+            assert_eq!(Label::new(bad.into()), Err(LabelError::Control), "{bad:?}");
+        }
+    }
+}
