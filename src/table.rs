@@ -38,7 +38,9 @@ pub enum TableError {
     Row { row: usize, source: ParamError },
     #[error("table row {row} is all zeros: every row must count at least one record of its group")]
     ZeroRow { row: usize },
-    #[error("table has {got} cells in all (rows × cells), more than the configured maximum of {max}")]
+    #[error(
+        "table has {got} cells in all (rows × cells), more than the configured maximum of {max}"
+    )]
     TooManyCells { got: usize, max: usize },
     #[error("table releases need the replace_one or add_remove_one relation: a custom sensitivity bounds how one record moves one vector, not a whole table")]
     CustomRelation,
@@ -66,8 +68,8 @@ impl CountTable {
             .into_iter()
             .enumerate()
             .map(|(row, values)| {
-                let counts =
-                    Counts::new(values, max_cells).map_err(|source| TableError::Row { row, source })?;
+                let counts = Counts::new(values, max_cells)
+                    .map_err(|source| TableError::Row { row, source })?;
                 if counts.as_slice().iter().all(|&x| x == 0.0) {
                     return Err(TableError::ZeroRow { row });
                 }
@@ -161,19 +163,19 @@ mod tests {
     use crate::privacy::DirichletParams;
     use proptest::prelude::*;
 
-/// The Gamma shapes r·x + α of every row (test oracle input; same rounding as the sampler).
-fn shapes(r: f64, alpha: &Prior, rows: &[Vec<f64>]) -> Vec<Vec<f64>> {
-    let params = DirichletParams {
-        r,
-        alpha: alpha.clone(),
-    };
-    rows.iter()
-        .map(|row| {
-            let counts = Counts::new(row.clone(), usize::MAX).unwrap();
-            release_shapes(&counts, &params).unwrap()
-        })
-        .collect()
-}
+    /// The Gamma shapes r·x + α of every row (test oracle input; same rounding as the sampler).
+    fn shapes(r: f64, alpha: &Prior, rows: &[Vec<f64>]) -> Vec<Vec<f64>> {
+        let params = DirichletParams {
+            r,
+            alpha: alpha.clone(),
+        };
+        rows.iter()
+            .map(|row| {
+                let counts = Counts::new(row.clone(), usize::MAX).unwrap();
+                release_shapes(&counts, &params).unwrap()
+            })
+            .collect()
+    }
 
     /// Every table one record away from `t` under `sens`'s relation (one direction: the other is
     /// covered by evaluating both D(P‖Q) and D(Q‖P)).
@@ -268,12 +270,7 @@ fn shapes(r: f64, alpha: &Prior, rows: &[Vec<f64>]) -> Vec<Vec<f64>> {
     }
 
     /// The worst divergence over every neighbour of `t`, both directions, and the price.
-    fn worst_and_price(
-        t: &[Vec<f64>],
-        draw: &Draw,
-        order: f64,
-        sens: &Sensitivity,
-    ) -> (f64, f64) {
+    fn worst_and_price(t: &[Vec<f64>], draw: &Draw, order: f64, sens: &Sensitivity) -> (f64, f64) {
         let price = super::price(draw, Order::new(order).unwrap(), sens, t[0].len());
         let worst = neighbours(t, sens)
             .iter()

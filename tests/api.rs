@@ -927,7 +927,11 @@ async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
         let id = &id;
         async move {
             let response = app
-                .post(&format!("/v1/datasets/{id}/releases/preview"), ADMIN_TOKEN, &body)
+                .post(
+                    &format!("/v1/datasets/{id}/releases/preview"),
+                    ADMIN_TOKEN,
+                    &body,
+                )
                 .await;
             assert_eq!(response.status(), StatusCode::OK, "{body}");
             response.json::<Value>().await.unwrap()
@@ -953,7 +957,9 @@ async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
     // Release with a label and a key.
     let label = "NB feature 7 | by class";
     let body = json!({"table": table, "epsilon": 0.5, "label": label});
-    let response = app.post_with_key(&path, ADMIN_TOKEN, "table-1", &body).await;
+    let response = app
+        .post_with_key(&path, ADMIN_TOKEN, "table-1", &body)
+        .await;
     assert_eq!(response.status(), StatusCode::CREATED);
     let location = response.headers()["location"].to_str().unwrap().to_string();
     let released: Value = response.json().await.unwrap();
@@ -961,7 +967,10 @@ async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
     assert!(released.get("distribution").is_none(), "{released}");
     assert_eq!(released["label"], label);
     assert_eq!(released["cost"], vector_preview["cost"]);
-    assert!(spends_exactly(released["cost"]["epsilon"].as_f64().unwrap(), 0.5));
+    assert!(spends_exactly(
+        released["cost"]["epsilon"].as_f64().unwrap(),
+        0.5
+    ));
     let budget = app.budget(&id).await;
     assert_eq!(budget["releases"], 1);
     assert_eq!(budget["spent"], released["cost"]["epsilon"]);
@@ -970,7 +979,9 @@ async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
     assert!(rows[0] != rows[1] && rows[1] != rows[2]);
 
     // A retry replays the stored table and charges nothing.
-    let again = app.post_with_key(&path, ADMIN_TOKEN, "table-1", &body).await;
+    let again = app
+        .post_with_key(&path, ADMIN_TOKEN, "table-1", &body)
+        .await;
     assert_eq!(again.status(), StatusCode::CREATED);
     assert_eq!(again.headers()["idempotent-replayed"], "true");
     let again: Value = again.json().await.unwrap();
@@ -980,7 +991,8 @@ async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
     // The label is part of the request: the same key with another label is another request.
     let relabelled = json!({"table": table, "epsilon": 0.5, "label": "other"});
     assert_problem(
-        app.post_with_key(&path, ADMIN_TOKEN, "table-1", &relabelled).await,
+        app.post_with_key(&path, ADMIN_TOKEN, "table-1", &relabelled)
+            .await,
         StatusCode::UNPROCESSABLE_ENTITY,
         "idempotency-key-reused",
     )
@@ -995,7 +1007,11 @@ async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
 
     // A labelled vector, and an unlabelled one (no label field at all).
     let response = app
-        .post(&path, ADMIN_TOKEN, &json!({"counts": counts, "epsilon": 0.5, "label": "class prior"}))
+        .post(
+            &path,
+            ADMIN_TOKEN,
+            &json!({"counts": counts, "epsilon": 0.5, "label": "class prior"}),
+        )
         .await;
     assert_eq!(response.status(), StatusCode::CREATED);
     let vector: Value = response.json().await.unwrap();
@@ -1003,7 +1019,11 @@ async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
     assert_distribution(&vector["distribution"], 4);
     assert!(vector.get("distributions").is_none());
     let response = app
-        .post(&path, ADMIN_TOKEN, &json!({"counts": counts, "epsilon": 0.5}))
+        .post(
+            &path,
+            ADMIN_TOKEN,
+            &json!({"counts": counts, "epsilon": 0.5}),
+        )
         .await;
     let plain: Value = response.json().await.unwrap();
     assert!(plain.get("label").is_none(), "{plain}");
@@ -1042,7 +1062,10 @@ async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
         let v = preview(as_vector).await;
         assert_eq!(t["cost"], v["cost"], "{m}");
         let after = app.budget(&id).await;
-        assert_eq!(after["releases"].as_i64(), before["releases"].as_i64().map(|n| n + 1));
+        assert_eq!(
+            after["releases"].as_i64(),
+            before["releases"].as_i64().map(|n| n + 1)
+        );
         assert_eq!(
             after["spent"].as_f64().unwrap(),
             before["spent"].as_f64().unwrap() + t["cost"]["epsilon"].as_f64().unwrap()
@@ -1075,19 +1098,67 @@ async fn invalid_tables_and_labels_are_refused(backend: Backend) {
     let path = format!("/v1/datasets/{id}/releases");
     let ok = json!([[5, 3], [1, 1]]);
     let cases = [
-        (json!({"table": ok, "counts": [5, 3], "epsilon": 0.1}), "table", "not both"),
+        (
+            json!({"table": ok, "counts": [5, 3], "epsilon": 0.1}),
+            "table",
+            "not both",
+        ),
         (json!({"epsilon": 0.1}), "counts", "is required"),
-        (json!({"table": [], "epsilon": 0.1}), "table", "at least one row"),
-        (json!({"table": [[5, 3], [1, 1, 1]], "epsilon": 0.1}), "table", "row 1 has 3"),
-        (json!({"table": [[5, 3], [0, 0]], "epsilon": 0.1}), "table", "row 1 is all zeros"),
-        (json!({"table": [[5], [3]], "epsilon": 0.1}), "table", "at least 2 cells"),
-        (json!({"table": [[5, -3], [1, 1]], "epsilon": 0.1}), "table", "row 0"),
-        (json!({"table": [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]], "epsilon": 0.1}), "table", "12 cells in all"),
-        (json!({"table": [[1, 1], [1, 2e15]], "epsilon": 0.1}), "table", "table[1][1]"),
-        (json!({"table": ok, "epsilon": 0.1, "mechanism": "diffuse", "alpha": [1, 2, 3]}), "alpha", "alpha"),
-        (json!({"table": ok, "epsilon": 0.1, "label": ""}), "label", "1 to 200"),
-        (json!({"table": ok, "epsilon": 0.1, "label": "x".repeat(201)}), "label", "1 to 200"),
-        (json!({"counts": [5, 3], "epsilon": 0.1, "label": "a\nb"}), "label", "control"),
+        (
+            json!({"table": [], "epsilon": 0.1}),
+            "table",
+            "at least one row",
+        ),
+        (
+            json!({"table": [[5, 3], [1, 1, 1]], "epsilon": 0.1}),
+            "table",
+            "row 1 has 3",
+        ),
+        (
+            json!({"table": [[5, 3], [0, 0]], "epsilon": 0.1}),
+            "table",
+            "row 1 is all zeros",
+        ),
+        (
+            json!({"table": [[5], [3]], "epsilon": 0.1}),
+            "table",
+            "at least 2 cells",
+        ),
+        (
+            json!({"table": [[5, -3], [1, 1]], "epsilon": 0.1}),
+            "table",
+            "row 0",
+        ),
+        (
+            json!({"table": [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]], "epsilon": 0.1}),
+            "table",
+            "12 cells in all",
+        ),
+        (
+            json!({"table": [[1, 1], [1, 2e15]], "epsilon": 0.1}),
+            "table",
+            "table[1][1]",
+        ),
+        (
+            json!({"table": ok, "epsilon": 0.1, "mechanism": "diffuse", "alpha": [1, 2, 3]}),
+            "alpha",
+            "alpha",
+        ),
+        (
+            json!({"table": ok, "epsilon": 0.1, "label": ""}),
+            "label",
+            "1 to 200",
+        ),
+        (
+            json!({"table": ok, "epsilon": 0.1, "label": "x".repeat(201)}),
+            "label",
+            "1 to 200",
+        ),
+        (
+            json!({"counts": [5, 3], "epsilon": 0.1, "label": "a\nb"}),
+            "label",
+            "control",
+        ),
     ];
     for (body, field, detail) in &cases {
         let problem = assert_problem(
@@ -1101,7 +1172,10 @@ async fn invalid_tables_and_labels_are_refused(backend: Backend) {
         }
         let text = problem["detail"].as_str().unwrap();
         assert!(text.contains(detail), "{body}: {problem}");
-        assert!(!text.contains("2000000000000000"), "counts are never echoed: {problem}");
+        assert!(
+            !text.contains("2000000000000000"),
+            "counts are never echoed: {problem}"
+        );
         let preview = app
             .post(&format!("{path}/preview"), ADMIN_TOKEN, body)
             .await;
@@ -1114,12 +1188,20 @@ async fn invalid_tables_and_labels_are_refused(backend: Backend) {
         json!({"table": [[5, "x"]], "epsilon": 0.1}),
     ] {
         let response = app.post(&path, ADMIN_TOKEN, &body).await;
-        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+        assert_eq!(
+            response.status(),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{body}"
+        );
     }
     assert_eq!(app.budget(&id).await["releases"], 0);
     let long = "é".repeat(200);
     let response = app
-        .post(&path, ADMIN_TOKEN, &json!({"table": ok, "epsilon": 0.1, "label": long}))
+        .post(
+            &path,
+            ADMIN_TOKEN,
+            &json!({"table": ok, "epsilon": 0.1, "label": long}),
+        )
         .await;
     assert_eq!(response.status(), StatusCode::CREATED);
     let released: Value = response.json().await.unwrap();
@@ -1138,14 +1220,26 @@ async fn invalid_tables_and_labels_are_refused(backend: Backend) {
     let custom: Value = response.json().await.unwrap();
     let custom_path = format!("/v1/datasets/{}/releases", custom["id"].as_str().unwrap());
     let problem = assert_problem(
-        app.post(&custom_path, ADMIN_TOKEN, &json!({"table": ok, "epsilon": 0.1})).await,
+        app.post(
+            &custom_path,
+            ADMIN_TOKEN,
+            &json!({"table": ok, "epsilon": 0.1}),
+        )
+        .await,
         StatusCode::UNPROCESSABLE_ENTITY,
         "invalid-request",
     )
     .await;
-    assert!(problem["detail"].as_str().unwrap().contains("custom"), "{problem}");
+    assert!(
+        problem["detail"].as_str().unwrap().contains("custom"),
+        "{problem}"
+    );
     let response = app
-        .post(&custom_path, ADMIN_TOKEN, &json!({"counts": [5, 3], "epsilon": 0.1}))
+        .post(
+            &custom_path,
+            ADMIN_TOKEN,
+            &json!({"counts": [5, 3], "epsilon": 0.1}),
+        )
         .await;
     assert_eq!(response.status(), StatusCode::CREATED);
 }

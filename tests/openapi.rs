@@ -1203,7 +1203,10 @@ async fn every_response_matches_the_description(backend: Backend) {
             .call("getRelease", &released.header("location"))
             .expect(200)
             .await;
-        assert_eq!(stored.body["label"], body.get("label").cloned().unwrap_or(Value::Null));
+        assert_eq!(
+            stored.body["label"],
+            body.get("label").cloned().unwrap_or(Value::Null)
+        );
         match rows {
             Some(rows) => {
                 assert_eq!(priced.body["forecasts"].as_array().unwrap().len(), rows);
@@ -1220,10 +1223,13 @@ async fn every_response_matches_the_description(backend: Backend) {
             }
         }
     }
-    api.call("createRelease", &format!("/v1/datasets/{}/releases", custom.id()))
-        .json(json!({"table": table, "epsilon": 0.5}))
-        .problem(422, "invalid-request")
-        .await;
+    api.call(
+        "createRelease",
+        &format!("/v1/datasets/{}/releases", custom.id()),
+    )
+    .json(json!({"table": table, "epsilon": 0.5}))
+    .problem(422, "invalid-request")
+    .await;
 
     // Idempotent replay, and a key reused for another request.
     let body = json!({"counts": [10, 20, 30, 40], "epsilon": 0.3});
@@ -1339,8 +1345,14 @@ async fn every_response_matches_the_description(backend: Backend) {
         (json!({"table": [[5, -3]], "epsilon": 0.1}), true),
         (json!({"table": null, "counts": ok, "epsilon": 0.1}), true),
         (json!({"counts": ok, "epsilon": 0.1, "label": ""}), true),
-        (json!({"counts": ok, "epsilon": 0.1, "label": "x".repeat(201)}), true),
-        (json!({"counts": ok, "epsilon": 0.1, "label": "two\nlines"}), true),
+        (
+            json!({"counts": ok, "epsilon": 0.1, "label": "x".repeat(201)}),
+            true,
+        ),
+        (
+            json!({"counts": ok, "epsilon": 0.1, "label": "two\nlines"}),
+            true,
+        ),
         (json!({"counts": ok, "epsilon": 0.1, "label": null}), true),
         (json!({"counts": ok, "epsilon": 0.1, "label": 7}), true),
         (json!([]), true),

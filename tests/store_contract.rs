@@ -540,7 +540,10 @@ async fn releases_round_trip(f: Fixture) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(bits(fetched.output.values()), bits(releases[2].output.values()));
+    assert_eq!(
+        bits(fetched.output.values()),
+        bits(releases[2].output.values())
+    );
     assert_eq!(fetched.mechanism, releases[2].mechanism);
     assert_eq!(fetched.mechanism["alpha"][2].as_f64(), Some(1e-7));
     assert_eq!(
@@ -632,7 +635,11 @@ async fn tables_and_labels_round_trip(f: Fixture) {
         .await
         .unwrap();
     let rows: Vec<Vec<f64>> = (0..600)
-        .map(|i| (0..10).map(|j| ((i * 10 + j) as f64).sqrt() / 97.0).collect())
+        .map(|i| {
+            (0..10)
+                .map(|j| ((i * 10 + j) as f64).sqrt() / 97.0)
+                .collect()
+        })
         .collect();
     let label = Label::new("NB feature 7 | by class — ünïcode".to_owned()).unwrap();
     let new = NewRelease {

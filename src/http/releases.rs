@@ -25,14 +25,10 @@ use super::error::ApiError;
 use super::extract::{parse_json, ApiJson, ApiPath, ApiQuery};
 use super::views::{budget_json, BudgetView, CostView, ReleaseView};
 use super::AppState;
-use crate::ledger::{
-    BudgetState, CommitOutcome, Dataset, Idempotency, Label, NewRelease, Output,
-};
+use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, Label, NewRelease, Output};
 use crate::privacy::utility::Forecast;
 use crate::privacy::{Counts, Epsilon, Order, Prior};
-use crate::release::{
-    self, Draw, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R,
-};
+use crate::release::{self, Draw, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
 use crate::table::{self, CountTable, TableError};
 
 /// Counts above this lose integer precision in f64 and push Gamma shapes towards overflow; the

@@ -415,7 +415,9 @@ mod tests {
     #[test]
     fn labels_are_checked() {
         assert_eq!(
-            Label::new("NB feature 7 | by class".into()).unwrap().as_str(),
+            Label::new("NB feature 7 | by class".into())
+                .unwrap()
+                .as_str(),
             "NB feature 7 | by class"
         );
         assert!(Label::new("é".repeat(200)).is_ok());
