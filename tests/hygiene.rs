@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 
 const MARKER: f64 = 987_654_321.0;
 const MARKER_TEXT: &str = "987654321";
+/// A release label: stored and returned, but never logged.
+const LABEL: &str = "hygiene-label-5c1e7a";
 
 async fn exercise(address: &str) {
     let client = reqwest::Client::new();
@@ -70,12 +72,27 @@ async fn exercise(address: &str) {
             .status(),
         StatusCode::CREATED
     );
+    // A table release (and its preview) with the marker in a row, and a label.
+    let table = json!({"table": [[MARKER, 12, 3], [4, 5, 6]], "epsilon": 0.5, "label": LABEL});
+    for path in [releases.clone(), format!("{releases}/preview")] {
+        let r = client
+            .post(&path)
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&table)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+    }
     // Failing requests that carry the marker: bad neighbour cell, a marker as a string, unknown field.
     for body in [
         json!({"counts": [MARKER, -1, 3], "epsilon": 0.5}),
         json!({"counts": [1, MARKER_TEXT], "epsilon": 0.5}),
         json!({"counts": [MARKER, 1], "epsilon": 0.5, "seed": MARKER}),
         json!({"counts": [MARKER, 1], "epsilon": 50}),
+        json!({"table": [[MARKER, 1], [1, 1, 1]], "epsilon": 0.5}),
+        json!({"table": [[MARKER, 1], [0, 0]], "epsilon": 0.5}),
+        json!({"table": [[MARKER, 1]], "counts": [MARKER, 1], "epsilon": 0.5}),
     ] {
         let r = client
             .post(&releases)
@@ -159,6 +176,7 @@ async fn counts_never_reach_storage_or_logs(backend: Backend) {
         "the releases were logged (without their counts)"
     );
     assert_clean("the logs", &stderr);
+    assert!(!log_text.contains(LABEL), "a release label reached the logs");
     assert_clean("the standard output", server.stdout_text().as_bytes());
 
     match backend {
