@@ -176,7 +176,10 @@ async fn counts_never_reach_storage_or_logs(backend: Backend) {
         "the releases were logged (without their counts)"
     );
     assert_clean("the logs", &stderr);
-    assert!(!log_text.contains(LABEL), "a release label reached the logs");
+    assert!(
+        !log_text.contains(LABEL),
+        "a release label reached the logs"
+    );
     assert_clean("the standard output", server.stdout_text().as_bytes());
 
     match backend {

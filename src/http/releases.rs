@@ -501,7 +501,7 @@ fn plan_request(
         // Never charge a table less than its own worst case (see `table::price`); with every
         // curve the service has today the two are equal and this never refuses.
         let table_price = table::price(&plan.draw, dataset.order, &dataset.sensitivity, t.cells());
-        if !(table_price <= plan.price) {
+        if table_price.is_nan() || table_price > plan.price {
             return Err(ApiError::CostExceedsEpsilon(format!(
                 "a record moving between two rows of this table costs {table_price:?} at order {:?}, more than the {:?} this mechanism is priced at for one vector; give a uniform alpha",
                 dataset.order.get(),
