@@ -1299,11 +1299,25 @@ async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
     assert_eq!(items[1]["label"], "class prior");
     assert_eq!(items[1]["distribution"], vector["distribution"]);
 
+    // A per-cell prior on an exactly priced dataset: a record may move to the *same* cell of
+    // another row, a move the vector's exact price (two distinct cells) does not cover, so the
+    // table is refused rather than under-charged (see `table::price`).
+    let mut per_cell = json!({"epsilon": 0.5, "mechanism": "diffuse", "alpha": [10.0, 11.0, 12.0, 13.0]});
+    per_cell["table"] = table.clone();
+    let before = app.budget(&id).await;
+    assert_problem(
+        app.post(&path, ADMIN_TOKEN, &per_cell).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "cost-exceeds-epsilon",
+    )
+    .await;
+    assert_eq!(app.budget(&id).await, before);
+
     // Every mechanism: the table costs exactly what the same request on one row costs.
     let mechanisms = [
         json!({"epsilon": 0.5, "mechanism": "dirichlet", "prior": 2.0}),
         json!({"epsilon": 0.5, "mechanism": "posterior", "r": 0.5}),
-        json!({"epsilon": 0.5, "mechanism": "diffuse", "alpha": [10.0, 11.0, 12.0, 13.0]}),
+        json!({"epsilon": 0.5, "mechanism": "diffuse", "alpha": 10.0}),
         json!({"mechanism": "explicit", "r": 0.1, "alpha": 5.0}),
         json!({"epsilon": 0.5, "mechanism": "gaussian"}),
         json!({"mechanism": "gaussian", "sigma": 3.0}),
