@@ -10,6 +10,7 @@ pub mod curve;
 pub mod divergence;
 pub mod exact;
 pub mod exponential;
+pub mod gohari;
 pub mod sampler;
 pub mod special;
 pub mod types;
