@@ -4,6 +4,7 @@
 //! Ponnoprat, Dirichlet posterior sampling).
 
 pub mod baseline;
+pub mod bounded;
 pub mod calibrate;
 pub mod convert;
 pub mod curve;
