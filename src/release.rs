@@ -4,6 +4,8 @@
 //! ledger order λ₀, whatever order it was calibrated at (PRIVACY-MATH.md: "this single formula
 //! prices every release"). The charge is that price rounded *up* to the ledger grid.
 
+pub mod seeds;
+
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -60,14 +62,36 @@ pub enum Spec {
     },
     Gaussian(Noise),
     Laplace(Noise),
+    /// The Dirichlet family with a public lower bound or a prior shape (`seeds`).
+    Bounded(seeds::BoundedSpec),
+    /// Seed 002's Hellinger exponential mechanism (`seeds`).
+    Exponential(seeds::ExponentialSpec),
 }
 
 /// What to draw.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Draw {
-    Dirichlet { r: f64, alpha: Prior },
-    Gaussian { sigma: f64 },
-    Laplace { scale: f64 },
+    Dirichlet {
+        r: f64,
+        alpha: Prior,
+    },
+    Gaussian {
+        sigma: f64,
+    },
+    Laplace {
+        scale: f64,
+    },
+    /// Dir(r·max(x − L, 0) + alpha), alpha the effective prior α + rL (`privacy::bounded`).
+    Bounded {
+        r: f64,
+        alpha: Prior,
+        lower: crate::privacy::bounded::CellValues,
+    },
+    /// Seed 002: j* over Beta(α + j, β + n − j), released as the posterior mean.
+    Exponential {
+        candidates: crate::privacy::exponential::BetaCandidates,
+        epsilon: f64,
+    },
 }
 
 /// A priced release, ready to be drawn and charged.
@@ -105,7 +129,7 @@ struct CalibrationRecord {
     epsilon: f64,
 }
 
-fn target_record(t: &Target) -> Value {
+pub(crate) fn target_record(t: &Target) -> Value {
     json!(CalibrationRecord {
         order: t.order.get(),
         epsilon: t.epsilon.get()
@@ -221,11 +245,18 @@ pub fn plan(
             }
             (Draw::Laplace { scale }, record, cap)
         }
+        Spec::Bounded(b) => seeds::plan_bounded(b, d, sens)?,
+        Spec::Exponential(e) => {
+            let (draw, record) = seeds::plan_exponential(e)?;
+            (draw, record, None)
+        }
     };
     let price = price(&draw, ledger_order, sens, d);
     if !price.is_finite() {
         let max_order = match &draw {
-            Draw::Dirichlet { r, alpha } => dirichlet_max_order(*r, alpha.min(), sens),
+            Draw::Dirichlet { r, alpha } | Draw::Bounded { r, alpha, .. } => {
+                dirichlet_max_order(*r, alpha.min(), sens)
+            }
             _ => f64::INFINITY,
         };
         return Err(PlanError::NoGuarantee {
@@ -275,14 +306,37 @@ pub fn price(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> f64 {
         Draw::Dirichlet { r, alpha } => dirichlet_rdp(order, *r, alpha.min(), sens),
         Draw::Gaussian { sigma } => gaussian_rdp(order, *sigma, sens),
         Draw::Laplace { scale } => laplace_rdp(order, *scale, sens, d),
+        // The bounded draw is the Dirichlet mechanism on max(x − L, 0) with prior α + rL.
+        Draw::Bounded { r, alpha, .. } => price(
+            &Draw::Dirichlet {
+                r: *r,
+                alpha: alpha.clone(),
+            },
+            order,
+            sens,
+            d,
+        ),
+        Draw::Exponential { epsilon, .. } => crate::privacy::exponential::exponential_rdp(
+            order.get(),
+            crate::privacy::exponential::priced_epsilon(*epsilon),
+        ),
     }
 }
 
 /// Draw the release. CPU-bound: large draws belong on a blocking thread. Fails closed (never
 /// panics) on a shape that is not finite and positive or an OS entropy failure.
 pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
+    execute_release(draw, counts).map(|(y, _)| y)
+}
+
+/// [`execute`], plus what the draw adds to the mechanism record (the exponential mechanism's
+/// selected candidate); the caller stores both together.
+pub fn execute_release(draw: &Draw, counts: &Counts) -> Result<(Vec<f64>, Option<Value>), String> {
     let mut rng = try_os_rng().map_err(|e| format!("the OS random source failed: {e}"))?;
-    match draw {
+    if let Some(out) = seeds::execute_seed(draw, counts, &mut rng) {
+        return out;
+    }
+    let y = match draw {
         Draw::Dirichlet { r, alpha } => {
             let params = DirichletParams {
                 r: *r,
@@ -293,7 +347,11 @@ pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
         }
         Draw::Gaussian { sigma } => Ok(baseline::gaussian_release(counts, *sigma, &mut rng)),
         Draw::Laplace { scale } => Ok(baseline::laplace_release(counts, *scale, &mut rng)),
-    }
+        Draw::Bounded { .. } | Draw::Exponential { .. } => {
+            Err("a seeds draw reached the Dirichlet sampler".into())
+        }
+    }?;
+    Ok((y, None))
 }
 
 /// Check, before anything is drawn, that every Gamma shape r·x_i + α_i of a Dirichlet draw is
@@ -307,11 +365,24 @@ pub fn check_shapes(draw: &Draw, counts: &Counts) -> Result<(), PlanError> {
         };
         release_shapes(counts, &params).map_err(|e| PlanError::Parameter(e.to_string()))?;
     }
-    Ok(())
+    seeds::check_bounded_shapes(draw, counts)
 }
 
 /// The utility forecast of a plan (Dirichlet draws only; baselines have none).
 pub fn forecast(draw: &Draw, counts: &Counts) -> Option<Forecast> {
+    if let Draw::Bounded { r, alpha, lower } = draw {
+        // On data that respects the bound the draw is Dir(r·x + α), α = alpha − rL; forecast
+        // that. Data below the bound (or α = 0 somewhere) gets no forecast.
+        let d = counts.len();
+        let respects = counts
+            .as_slice()
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x >= lower.at(i));
+        let base: Vec<f64> = (0..d).map(|i| alpha.at(i) - r * lower.at(i)).collect();
+        let base = Prior::per_cell(base).ok().filter(|_| respects)?;
+        return forecast(&Draw::Dirichlet { r: *r, alpha: base }, counts);
+    }
     match draw {
         Draw::Dirichlet { r, alpha } => {
             let d = counts.len();

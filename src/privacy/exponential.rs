@@ -211,6 +211,15 @@ pub fn hellinger_beta(a1: f64, b1: f64, a2: f64, b2: f64) -> f64 {
     (-ln_bc.exp_m1()).max(0.0).sqrt()
 }
 
+/// The bounded-range parameter the selection run with `epsilon` is priced at:
+/// ε − 10⁻¹²ε − 5·10⁻¹¹. It exceeds what the weights realise (ε_run = ε − 10⁻¹²ε − 10⁻¹⁰ plus
+/// at most 4·(2⁻⁴⁰ + a few ulps) < 4·10⁻¹² of float error, module documentation) and stays far
+/// enough below ε that the ledger's inflation (2·10⁻¹³ relative) and grid rounding (2⁻⁴⁰) keep
+/// the charge at or below the ε the user gave.
+pub fn priced_epsilon(epsilon: f64) -> f64 {
+    (epsilon - RUN_SLACK_REL * epsilon - 0.5 * RUN_SLACK_ABS).max(f64::MIN_POSITIVE)
+}
+
 /// min(ε, λε²/8): the price at order λ of an ε-bounded-range selection.
 pub fn exponential_rdp(order: f64, epsilon: f64) -> f64 {
     if !(epsilon.is_finite() && epsilon > 0.0 && order.is_finite() && order > 1.0) {
