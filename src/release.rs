@@ -379,9 +379,19 @@ pub fn forecast(draw: &Draw, counts: &Counts) -> Option<Forecast> {
             .iter()
             .enumerate()
             .all(|(i, &x)| x >= lower.at(i));
-        let base: Vec<f64> = (0..d).map(|i| alpha.at(i) - r * lower.at(i)).collect();
-        let base = Prior::per_cell(base).ok().filter(|_| respects)?;
-        return forecast(&Draw::Dirichlet { r: *r, alpha: base }, counts);
+        // α may be 0 (Gohari's draw); the forecasts' formulas hold for α ≥ 0.
+        let base: Vec<f64> = (0..d)
+            .map(|i| (alpha.at(i) - r * lower.at(i)).max(0.0))
+            .collect();
+        if !respects {
+            return None;
+        }
+        let min = base.iter().copied().fold(f64::INFINITY, f64::min);
+        let f = dirichlet_forecast(*r, base.iter().sum(), min, counts.total(), d, FORECAST_BETA);
+        let finite = [f.l2_bound, f.l2_bound_confidence, f.max_cell_variance]
+            .iter()
+            .all(|v| v.is_finite());
+        return finite.then_some(f);
     }
     match draw {
         Draw::Dirichlet { r, alpha } => {
