@@ -337,6 +337,19 @@ mod tests {
         for (eps, want) in [(1.0, 22.443328), (5.0, 2.2964489), (20.0, 0.21277807)] {
             let got = expected_abs_error(&c, 30, eps);
             assert!(close(got, want, 1e-6), "ε={eps}: {got}");
+            // What the service draws (Δ̃ and ε_run, integer weights) is within 0.1% of it.
+            let q = c.weights(30, eps).unwrap();
+            let total: f64 = q.iter().map(|&w| w as f64).sum();
+            let drawn: f64 = q
+                .iter()
+                .enumerate()
+                .map(|(j, &w)| w as f64 / total * (j as f64 - 30.0).abs())
+                .sum();
+            println!(
+                "n=100 n1=30 ε={eps}: E|j*−30| = {got} (exact Δ_g), {drawn} (as drawn), P[30] = {}",
+                q[30] as f64 / total
+            );
+            assert!(close(drawn, want, 1e-3), "ε={eps}: drawn {drawn}");
         }
     }
 
@@ -432,6 +445,18 @@ mod tests {
             let f = f64::from(hist[j]) / draws as f64;
             assert!((f - p).abs() < 5.0 * sd, "j={j}: {f} vs {p}");
         }
+    }
+
+    /// The figures docs/PRIVACY.md quotes for the float-error inflation and the ε limit.
+    #[test]
+    fn inflation_and_epsilon_limit_figures() {
+        let c = BetaCandidates::new(100, 1.0, 1.0).unwrap();
+        let infl = c.sensitivity_used() / c.global_sensitivity() - 1.0;
+        assert!(infl < 2e-4, "{infl}");
+        assert!((c.max_epsilon() - 37.1).abs() < 0.1, "{}", c.max_epsilon());
+        let big = BetaCandidates::new(10_000, 1.0, 1.0).unwrap();
+        let infl = big.sensitivity_used() / big.global_sensitivity() - 1.0;
+        assert!(infl < 3e-3, "{infl}");
     }
 
     #[test]
