@@ -904,7 +904,130 @@ async fn a_timed_out_release_is_a_problem_and_never_half_written(backend: Backen
     assert_eq!(consistent_snapshots, 5);
 }
 
+/// Issue 11 item 1 on the live service: a budget of 1 admits exactly k releases asked at 1/k,
+/// every calibrated mechanism, both histogram relations; the (k+1)-th is refused and charges
+/// nothing. Issue 10: histogram releases say they were priced exactly, custom ones by the bound;
+/// a release f64 cannot carry is refused with `beyond-precision` and charges nothing.
+async fn exact_splits_and_exact_pricing(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let counts = json!([30, 5, 0, 12]);
+    let mechanisms = [
+        json!({"mechanism": "dirichlet"}),
+        json!({"mechanism": "posterior"}),
+        json!({"mechanism": "diffuse", "alpha": [10.0, 11.0, 12.0, 13.0]}),
+        json!({"mechanism": "gaussian"}),
+        json!({"mechanism": "laplace"}),
+    ];
+    for relation in ["replace_one", "add_remove_one"] {
+        for mechanism in &mechanisms {
+            for k in [3u32, 7] {
+                let created: Value = app
+                    .post(
+                        "/v1/datasets",
+                        ADMIN_TOKEN,
+                        &json!({"name": "split", "budget": {"order": 2, "epsilon": 1}, "neighbouring": relation}),
+                    )
+                    .await
+                    .json()
+                    .await
+                    .unwrap();
+                let id = created["id"].as_str().unwrap().to_string();
+                let path = format!("/v1/datasets/{id}/releases");
+                let asked = 1.0 / k as f64;
+                let mut body = mechanism.clone();
+                body["counts"] = counts.clone();
+                body["epsilon"] = json!(asked);
+                let mut spent = 0.0;
+                for _ in 0..k {
+                    let response = app.post(&path, ADMIN_TOKEN, &body).await;
+                    assert_eq!(
+                        response.status(),
+                        StatusCode::CREATED,
+                        "{relation} {body} k={k}"
+                    );
+                    let release: Value = response.json().await.unwrap();
+                    let cost = release["cost"]["epsilon"].as_f64().unwrap();
+                    assert!(
+                        cost <= asked && spends_exactly(cost, asked),
+                        "{body}: {cost}"
+                    );
+                    assert_eq!(release["mechanism"]["pricing"], "exact", "{body}");
+                    spent += cost;
+                    assert_eq!(release["budget"]["spent"].as_f64().unwrap(), spent);
+                }
+                let response = app.post(&path, ADMIN_TOKEN, &body).await;
+                assert_problem(response, StatusCode::CONFLICT, "budget-exhausted").await;
+                assert_eq!(app.budget(&id).await["releases"], k);
+            }
+        }
+    }
+    // ε* at λ = 2, r = 1, α = coth(½) is 1 for replace-one (the bound would charge 2.0).
+    let id = app.create_dataset(2.0, 10.0).await;
+    let path = format!("/v1/datasets/{id}/releases");
+    let coth_half = 1.0 / 0.5f64.tanh();
+    let release: Value = app
+        .post(
+            &path,
+            ADMIN_TOKEN,
+            &json!({"counts": counts, "mechanism": "explicit", "r": 1.0, "alpha": coth_half}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let cost = release["cost"]["epsilon"].as_f64().unwrap();
+    assert!((cost - 1.0).abs() < 1e-11 && cost >= 1.0 - 1e-15, "{cost}");
+    // A custom sensitivity is priced by the bound.
+    let custom: Value = app
+        .post(
+            "/v1/datasets",
+            ADMIN_TOKEN,
+            &json!({"name": "custom", "budget": {"order": 2, "epsilon": 10}, "sensitivity": {"l2_squared": 2, "linf": 1}}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let custom_path = format!("/v1/datasets/{}/releases", custom["id"].as_str().unwrap());
+    let release: Value = app
+        .post(
+            &custom_path,
+            ADMIN_TOKEN,
+            &json!({"counts": counts, "epsilon": 0.5}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(release["mechanism"]["pricing"], "bound");
+    // Beyond precision: shapes above 2^50, and (λ₀ = 22) r·Δ∞ lost in the ulps of the prior
+    // α ≈ 4.4e13 that posterior r = 1000 needs for ε = 1e-6.
+    let high = app.create_dataset(22.0, 10.0).await;
+    for (dataset, body) in [
+        (
+            &id,
+            json!({"counts": counts, "mechanism": "explicit", "r": 1.0, "alpha": 1e33}),
+        ),
+        (
+            &high,
+            json!({"counts": counts, "mechanism": "posterior", "r": 1000.0, "epsilon": 1e-6}),
+        ),
+    ] {
+        let before = app.budget(dataset).await;
+        let path = format!("/v1/datasets/{dataset}/releases");
+        let response = app.post(&path, ADMIN_TOKEN, &body).await;
+        assert_problem(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "beyond-precision",
+        )
+        .await;
+        assert_eq!(app.budget(dataset).await, before);
+    }
+}
+
 on_both_backends!(
+    exact_splits_and_exact_pricing,
     a_timed_out_release_is_a_problem_and_never_half_written,
     story,
     every_mechanism_releases_and_is_charged_at_the_ledger_order,

@@ -1150,7 +1150,8 @@ async fn every_response_matches_the_description(backend: Backend) {
         json!({"counts": counts, "mechanism": "laplace", "scale": 4.0}),
         json!({"counts": counts, "mechanism": "laplace", "scale": 4.0, "epsilon": 50}),
         json!({"counts": [0, 0], "epsilon": 0.5}),
-        json!({"counts": [1e15, 0.5, 2.25], "epsilon": 0.5, "mechanism": "posterior"}),
+        // The largest counts a Dirichlet draw carries: r ≥ 2^20·ulp(r·N) needs N ≲ 2^32.
+        json!({"counts": [4e9, 0.5, 2.25], "epsilon": 0.5, "mechanism": "posterior"}),
         json!({"counts": vec![1; 5000], "epsilon": 0.5}),
         // Seeds 000 Remark 2 / 003 (lower_bound), 004 (prior_shape), 002 (exponential).
         json!({"counts": counts, "epsilon": 0.5, "mechanism": "dirichlet", "lower_bound": 1}),
@@ -1348,6 +1349,10 @@ async fn every_response_matches_the_description(backend: Backend) {
         (
             json!({"counts": ok, "mechanism": "explicit", "r": 0.1, "alpha": 5.0, "epsilon": 1e-6}),
             "cost-exceeds-epsilon",
+        ),
+        (
+            json!({"counts": ok, "mechanism": "explicit", "r": 1.0, "alpha": 1e33}),
+            "beyond-precision",
         ),
     ] {
         api.call("previewRelease", &preview)

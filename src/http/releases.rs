@@ -577,6 +577,7 @@ fn plan_error(e: PlanError, dataset: &Dataset) -> ApiError {
         PlanError::CostExceedsCap { .. } => ApiError::CostExceedsEpsilon(e.to_string()),
         PlanError::TooExpensive { .. } => exhausted(&dataset.budget(), e.to_string()),
         PlanError::Parameter(message) => ApiError::invalid(message),
+        PlanError::BeyondPrecision(message) => ApiError::BeyondPrecision(message),
     }
 }
 
@@ -674,7 +675,8 @@ fn plan_request(
     let spec = parse_any(req, &counts, dataset, max_exponential_n)?;
     let plan = release::plan(&spec, counts.len(), dataset.order, &dataset.sensitivity)
         .map_err(|e| plan_error(e, dataset))?;
-    release::check_shapes(&plan.draw, &counts).map_err(|e| plan_error(e, dataset))?;
+    release::check_shapes(&plan.draw, &counts, &dataset.sensitivity)
+        .map_err(|e| plan_error(e, dataset))?;
     Ok((counts, plan))
 }
 

@@ -367,19 +367,6 @@ pub fn execute_seed(
     })
 }
 
-/// The shapes check of a bounded draw (before anything is drawn).
-pub fn check_bounded_shapes(draw: &Draw, counts: &Counts) -> Result<(), PlanError> {
-    if let Draw::Bounded { r, alpha, lower } = draw {
-        let params = crate::privacy::DirichletParams {
-            r: *r,
-            alpha: alpha.clone(),
-        };
-        crate::privacy::sampler::release_shapes(&clamp_excess(counts, lower), &params)
-            .map_err(|e| PlanError::Parameter(e.to_string()))?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
