@@ -226,6 +226,7 @@ async fn lower_bound_releases_are_priced_with_the_effective_prior(backend: Backe
     );
     assert!(f(&g["delta"]) <= 1e-5 && f(&g["delta"]) > 0.99e-5, "{g}");
     let (eg, er) = (f(&g["epsilon"]), f(&g["rdp_route"]["epsilon"]));
+    println!("gohari {g}");
     assert!(er > 0.0 && er < eg, "RDP route {er} vs Gohari {eg}");
 
     let release = json_of(
