@@ -28,6 +28,7 @@ pub struct Settings {
     pub log_format: LogFormat,
     pub log_level: String,
     pub max_page_size: u32,
+    pub max_exponential_n: u64,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -104,6 +105,7 @@ impl Settings {
             "log_format",
             "log_level",
             "max_page_size",
+            "max_exponential_n",
         ];
         const NUMERIC_KEYS: &[&str] = &[
             "max_dimension",
@@ -115,6 +117,7 @@ impl Settings {
             "db_max_connections",
             "retry_after_secs",
             "max_page_size",
+            "max_exponential_n",
         ];
         if let Some(url) = env("DATABASE_URL") {
             table.insert("database_url".into(), toml::Value::String(url));
@@ -158,6 +161,9 @@ impl Settings {
         }
         if self.max_page_size == 0 {
             return Err(invalid("max_page_size must be at least 1"));
+        }
+        if self.max_exponential_n == 0 {
+            return Err(invalid("max_exponential_n must be at least 1"));
         }
         if self.db_max_connections == 0 {
             return Err(invalid("db_max_connections must be at least 1"));

@@ -6,6 +6,8 @@
 //! (`privacy::curve::dirichlet_price`). A release calibrated at λ₀ to ε is charged the largest
 //! ledger-grid value ≤ ε; every other one its price inflated and rounded *up* to the grid.
 
+pub mod seeds;
+
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -62,14 +64,36 @@ pub enum Spec {
     },
     Gaussian(Noise),
     Laplace(Noise),
+    /// The Dirichlet family with a public lower bound or a prior shape (`seeds`).
+    Bounded(seeds::BoundedSpec),
+    /// Seed 002's Hellinger exponential mechanism (`seeds`).
+    Exponential(seeds::ExponentialSpec),
 }
 
 /// What to draw.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Draw {
-    Dirichlet { r: f64, alpha: Prior },
-    Gaussian { sigma: f64 },
-    Laplace { scale: f64 },
+    Dirichlet {
+        r: f64,
+        alpha: Prior,
+    },
+    Gaussian {
+        sigma: f64,
+    },
+    Laplace {
+        scale: f64,
+    },
+    /// Dir(r·max(x − L, 0) + alpha), alpha the effective prior α + rL (`privacy::bounded`).
+    Bounded {
+        r: f64,
+        alpha: Prior,
+        lower: crate::privacy::bounded::CellValues,
+    },
+    /// Seed 002: j* over Beta(α + j, β + n − j), released as the posterior mean.
+    Exponential {
+        candidates: crate::privacy::exponential::BetaCandidates,
+        epsilon: f64,
+    },
 }
 
 /// A priced release, ready to be drawn and charged.
@@ -118,7 +142,7 @@ struct CalibrationRecord {
     epsilon: f64,
 }
 
-fn target_record(t: &Target) -> Value {
+pub(crate) fn target_record(t: &Target) -> Value {
     json!(CalibrationRecord {
         order: t.order.get(),
         epsilon: t.epsilon.get()
@@ -281,13 +305,20 @@ pub fn plan(
             }
             (Draw::Laplace { scale }, record, cap)
         }
+        Spec::Bounded(b) => seeds::plan_bounded(b, d, sens)?,
+        Spec::Exponential(e) => {
+            let (draw, record) = seeds::plan_exponential(e)?;
+            (draw, record, None)
+        }
     };
     let (price, pricing) = price_with_curve(&draw, ledger_order, sens, d);
     let mut record = record;
     record["pricing"] = json!(pricing);
     if !price.is_finite() {
         let max_order = match &draw {
-            Draw::Dirichlet { r, alpha } => dirichlet_max_order(*r, alpha.min(), sens),
+            Draw::Dirichlet { r, alpha } | Draw::Bounded { r, alpha, .. } => {
+                dirichlet_max_order(*r, alpha.min(), sens)
+            }
             _ => f64::INFINITY,
         };
         return Err(PlanError::NoGuarantee {
@@ -367,14 +398,33 @@ pub fn price_with_curve(draw: &Draw, order: Order, sens: &Sensitivity, d: usize)
             discrete::laplace_rdp(order, *scale, sens, d),
             discrete::laplace_pricing(sens),
         ),
+        // The bounded draw is the Dirichlet mechanism on max(x − L, 0) with prior α + rL.
+        Draw::Bounded { r, alpha, .. } => dirichlet_price(order, *r, alpha, sens),
+        // min(ε, λε²/8) bounds the selection's divergence (module `privacy::exponential`).
+        Draw::Exponential { epsilon, .. } => (
+            crate::privacy::exponential::exponential_rdp(
+                order.get(),
+                crate::privacy::exponential::priced_epsilon(*epsilon),
+            ),
+            Pricing::Bound,
+        ),
     }
 }
 
 /// Draw the release. CPU-bound: large draws belong on a blocking thread. Fails closed (never
 /// panics) on a shape that is not finite and positive or an OS entropy failure.
 pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
+    execute_release(draw, counts).map(|(y, _)| y)
+}
+
+/// [`execute`], plus what the draw adds to the mechanism record (the exponential mechanism's
+/// selected candidate); the caller stores both together.
+pub fn execute_release(draw: &Draw, counts: &Counts) -> Result<(Vec<f64>, Option<Value>), String> {
     let mut rng = try_os_rng().map_err(|e| format!("the OS random source failed: {e}"))?;
-    match draw {
+    if let Some(out) = seeds::execute_seed(draw, counts, &mut rng) {
+        return out;
+    }
+    let y = match draw {
         Draw::Dirichlet { r, alpha } => {
             let params = DirichletParams {
                 r: *r,
@@ -389,7 +439,11 @@ pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
         Draw::Laplace { scale } => {
             baseline::laplace_release(counts, *scale, &mut rng).map_err(|e| e.to_string())
         }
-    }
+        Draw::Bounded { .. } | Draw::Exponential { .. } => {
+            Err("a seeds draw reached the Dirichlet sampler".into())
+        }
+    }?;
+    Ok((y, None))
 }
 
 /// Check, before anything is drawn, that every Gamma shape r·x_i + α_i of a Dirichlet draw is
@@ -402,6 +456,14 @@ pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
 /// release is refused as `BeyondPrecision`: nothing drawn, nothing charged.
 pub fn check_shapes(draw: &Draw, counts: &Counts, sens: &Sensitivity) -> Result<(), PlanError> {
     match draw {
+        Draw::Bounded { r, alpha, lower } => {
+            let excess = crate::privacy::bounded::clamp_excess(counts, lower);
+            let same = Draw::Dirichlet {
+                r: *r,
+                alpha: alpha.clone(),
+            };
+            check_shapes(&same, &excess, sens)?;
+        }
         Draw::Dirichlet { r, alpha } => {
             let params = DirichletParams {
                 r: *r,
@@ -426,6 +488,7 @@ pub fn check_shapes(draw: &Draw, counts: &Counts, sens: &Sensitivity) -> Result<
         Draw::Gaussian { .. } | Draw::Laplace { .. } => {
             baseline::integer_counts(counts).map_err(|e| PlanError::Parameter(e.to_string()))?;
         }
+        Draw::Exponential { .. } => {}
     }
     Ok(())
 }
@@ -449,6 +512,29 @@ fn check_noise_scale(name: &str, value: f64) -> Result<(), PlanError> {
 
 /// The utility forecast of a plan (Dirichlet draws only; baselines have none).
 pub fn forecast(draw: &Draw, counts: &Counts) -> Option<Forecast> {
+    if let Draw::Bounded { r, alpha, lower } = draw {
+        // On data that respects the bound the draw is Dir(r·x + α), α = alpha − rL; forecast
+        // that. Data below the bound (or α = 0 somewhere) gets no forecast.
+        let d = counts.len();
+        let respects = counts
+            .as_slice()
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x >= lower.at(i));
+        // α may be 0 (Gohari's draw); the forecasts' formulas hold for α ≥ 0.
+        let base: Vec<f64> = (0..d)
+            .map(|i| (alpha.at(i) - r * lower.at(i)).max(0.0))
+            .collect();
+        if !respects {
+            return None;
+        }
+        let min = base.iter().copied().fold(f64::INFINITY, f64::min);
+        let f = dirichlet_forecast(*r, base.iter().sum(), min, counts.total(), d, FORECAST_BETA);
+        let finite = [f.l2_bound, f.l2_bound_confidence, f.max_cell_variance]
+            .iter()
+            .all(|v| v.is_finite());
+        return finite.then_some(f);
+    }
     match draw {
         Draw::Dirichlet { r, alpha } => {
             let d = counts.len();

@@ -123,6 +123,20 @@ pub fn price(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> f64 {
             sens,
             d,
         ),
+        Draw::Bounded {
+            r,
+            alpha: alpha @ Prior::PerCell(_),
+            lower,
+        } => release::price(
+            &Draw::Bounded {
+                r: *r,
+                alpha: Prior::Uniform(alpha.min()),
+                lower: lower.clone(),
+            },
+            order,
+            sens,
+            d,
+        ),
         _ => release::price(draw, order, sens, d),
     }
 }
@@ -161,7 +175,7 @@ pub fn forecasts(draw: &Draw, table: &CountTable) -> Vec<Option<Forecast>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::privacy::curve::laplace_cell_rdp;
+    use crate::privacy::discrete::laplace_shift_one_rdp;
     use crate::privacy::divergence::renyi_dirichlet;
     use crate::privacy::sampler::release_shapes;
     use crate::privacy::DirichletParams;
@@ -230,14 +244,37 @@ mod tests {
                 let sq: f64 = cell_shifts(p, q).map(|s| s * s).sum();
                 order * sq / (2.0 * sigma * sigma)
             }
-            // Independent Laplace per cell: Mironov's closed form per shifted cell, summed.
+            // Independent discrete Laplace per cell: the exact one-unit divergence per shifted
+            // cell (neighbouring tables differ by ±1 in a cell), summed.
             Draw::Laplace { scale } => {
                 let order = Order::new(order).unwrap();
                 cell_shifts(p, q)
                     .filter(|s| *s != 0.0)
-                    .map(|s| laplace_cell_rdp(order, s.abs() / scale))
+                    .map(|s| {
+                        assert_eq!(s.abs(), 1.0, "neighbouring tables move one unit per cell");
+                        laplace_shift_one_rdp(order, 1.0 / scale)
+                    })
                     .sum()
             }
+            // The bounded draw is the Dirichlet draw on the clamped excess max(x − L, 0).
+            Draw::Bounded { r, alpha, lower } => {
+                let clamp = |t: &[Vec<f64>]| -> Vec<Vec<f64>> {
+                    t.iter()
+                        .map(|row| {
+                            row.iter()
+                                .enumerate()
+                                .map(|(i, &x)| (x - lower.at(i)).max(0.0))
+                                .collect()
+                        })
+                        .collect()
+                };
+                let plain = Draw::Dirichlet {
+                    r: *r,
+                    alpha: alpha.clone(),
+                };
+                product_divergence(&plain, order, &clamp(p), &clamp(q))
+            }
+            Draw::Exponential { .. } => unreachable!("the exponential mechanism has no tables"),
         }
     }
 

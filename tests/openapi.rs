@@ -1153,6 +1153,15 @@ async fn every_response_matches_the_description(backend: Backend) {
         // The largest counts a Dirichlet draw carries: r ≥ 2^20·ulp(r·N) needs N ≲ 2^32.
         json!({"counts": [4e9, 0.5, 2.25], "epsilon": 0.5, "mechanism": "posterior"}),
         json!({"counts": vec![1; 5000], "epsilon": 0.5}),
+        // Seeds 000 Remark 2 / 003 (lower_bound), 004 (prior_shape), 002 (exponential).
+        json!({"counts": counts, "epsilon": 0.5, "mechanism": "dirichlet", "lower_bound": 1}),
+        json!({"counts": counts, "epsilon": 0.5, "mechanism": "posterior", "prior_shape": [1, 2, 3, 4]}),
+        json!({"counts": counts, "epsilon": 0.5, "mechanism": "posterior", "r": 0.5, "lower_bound": [2, 2, 2, 2]}),
+        json!({"counts": counts, "epsilon": 0.5, "mechanism": "diffuse", "alpha": [0, 1, 1, 1], "lower_bound": [50, 0, 0, 0]}),
+        json!({"counts": [120, 150, 230], "mechanism": "explicit", "r": 0.1, "alpha": 0, "lower_bound": 50}),
+        json!({"counts": counts, "mechanism": "explicit", "r": 0.1, "alpha": 5, "lower_bound": [0, 1, 1, 1]}),
+        json!({"counts": [30, 12], "mechanism": "exponential", "epsilon": 1}),
+        json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 0.2, "prior": [2, 3]}),
     ] {
         let mechanism = body.get("mechanism").cloned().unwrap_or(json!("dirichlet"));
         let priced = api
@@ -1369,6 +1378,38 @@ async fn every_response_matches_the_description(backend: Backend) {
         ),
         (json!({"counts": ok, "epsilon": 0.1, "label": null}), true),
         (json!({"counts": ok, "epsilon": 0.1, "label": 7}), true),
+        (
+            json!({"counts": ok, "mechanism": "exponential", "epsilon": 1}),
+            true,
+        ),
+        (
+            json!({"counts": [3.5, 7], "mechanism": "exponential", "epsilon": 1}),
+            true,
+        ),
+        (
+            json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 1, "prior": 2}),
+            true,
+        ),
+        (
+            json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 500}),
+            false,
+        ),
+        (
+            json!({"counts": ok, "epsilon": 0.1, "lower_bound": -1}),
+            true,
+        ),
+        (
+            json!({"counts": ok, "mechanism": "gaussian", "epsilon": 0.1, "lower_bound": 1}),
+            true,
+        ),
+        (
+            json!({"counts": ok, "epsilon": 0.1, "mechanism": "posterior", "prior_shape": [1, 2]}),
+            false,
+        ),
+        (
+            json!({"counts": ok, "mechanism": "explicit", "r": 0.1, "alpha": 0, "lower_bound": [5, 5, 0]}),
+            false,
+        ),
         (json!([]), true),
         (json!({}), true),
     ];

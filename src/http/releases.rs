@@ -26,8 +26,11 @@ use super::extract::{parse_json, ApiJson, ApiPath, ApiQuery};
 use super::views::{budget_json, BudgetView, CostView, ReleaseView};
 use super::AppState;
 use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, Label, NewRelease, Output};
+use crate::privacy::bounded::CellValues;
+use crate::privacy::types::Relation;
 use crate::privacy::utility::Forecast;
 use crate::privacy::{Counts, Epsilon, Order, Prior};
+use crate::release::seeds::{BoundedMode, BoundedSpec, ExponentialSpec};
 use crate::release::{self, Draw, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
 use crate::table::{self, CountTable, TableError};
 
@@ -57,6 +60,7 @@ pub enum Kind {
     Explicit,
     Gaussian,
     Laplace,
+    Exponential,
 }
 
 impl TryFrom<String> for Kind {
@@ -69,7 +73,8 @@ impl TryFrom<String> for Kind {
             "explicit" => Kind::Explicit,
             "gaussian" => Kind::Gaussian,
             "laplace" => Kind::Laplace,
-            _ => return Err(format!("unknown mechanism `{name}`, expected one of dirichlet, posterior, diffuse, explicit, gaussian, laplace")),
+            "exponential" => Kind::Exponential,
+            _ => return Err(format!("unknown mechanism `{name}`, expected one of dirichlet, posterior, diffuse, explicit, gaussian, laplace, exponential")),
         })
     }
 }
@@ -117,8 +122,9 @@ pub struct ReleaseRequest {
     order: Option<f64>,
     #[serde(default)]
     mechanism: Kind,
+    /// A number (dirichlet's base prior a₀) or `[α, β]` (exponential's Beta prior).
     #[serde(default, deserialize_with = "super::nonnull::value")]
-    prior: Option<f64>,
+    prior: Option<AlphaRequest>,
     #[serde(default, deserialize_with = "super::nonnull::value")]
     r: Option<f64>,
     #[serde(default, deserialize_with = "super::nonnull::value")]
@@ -127,12 +133,25 @@ pub struct ReleaseRequest {
     sigma: Option<f64>,
     #[serde(default, deserialize_with = "super::nonnull::value")]
     scale: Option<f64>,
+    // Skipped when absent so that the idempotency fingerprint of older requests is unchanged.
     #[serde(
         default,
         deserialize_with = "super::nonnull::value",
         skip_serializing_if = "Option::is_none"
     )]
     label: Option<String>,
+    #[serde(
+        default,
+        deserialize_with = "super::nonnull::value",
+        skip_serializing_if = "Option::is_none"
+    )]
+    lower_bound: Option<AlphaRequest>,
+    #[serde(
+        default,
+        deserialize_with = "super::nonnull::value",
+        skip_serializing_if = "Option::is_none"
+    )]
+    prior_shape: Option<AlphaRequest>,
 }
 
 fn positive(field: &'static str, v: f64) -> Result<f64, ApiError> {
@@ -165,6 +184,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::Explicit => "explicit",
         Kind::Gaussian => "gaussian",
         Kind::Laplace => "laplace",
+        Kind::Exponential => "exponential",
     }
 }
 
@@ -215,11 +235,7 @@ fn parse_spec(req: &ReleaseRequest, ledger_order: Order) -> Result<Spec, ApiErro
                     ("scale", has(&req.scale)),
                 ],
             )?;
-            let prior = req
-                .prior
-                .map(|p| positive("prior", p))
-                .transpose()?
-                .unwrap_or(DEFAULT_PRIOR);
+            let prior = scalar_prior(req)?;
             Spec::Dirichlet {
                 target: target()?,
                 prior,
@@ -229,7 +245,7 @@ fn parse_spec(req: &ReleaseRequest, ledger_order: Order) -> Result<Spec, ApiErro
             forbid(
                 kind,
                 &[
-                    ("prior", has(&req.prior)),
+                    ("prior", req.prior.is_some()),
                     ("alpha", req.alpha.is_some()),
                     ("sigma", has(&req.sigma)),
                     ("scale", has(&req.scale)),
@@ -249,7 +265,7 @@ fn parse_spec(req: &ReleaseRequest, ledger_order: Order) -> Result<Spec, ApiErro
             forbid(
                 kind,
                 &[
-                    ("prior", has(&req.prior)),
+                    ("prior", req.prior.is_some()),
                     ("r", has(&req.r)),
                     ("sigma", has(&req.sigma)),
                     ("scale", has(&req.scale)),
@@ -267,7 +283,7 @@ fn parse_spec(req: &ReleaseRequest, ledger_order: Order) -> Result<Spec, ApiErro
             forbid(
                 kind,
                 &[
-                    ("prior", has(&req.prior)),
+                    ("prior", req.prior.is_some()),
                     ("sigma", has(&req.sigma)),
                     ("scale", has(&req.scale)),
                 ],
@@ -301,7 +317,7 @@ fn parse_spec(req: &ReleaseRequest, ledger_order: Order) -> Result<Spec, ApiErro
             forbid(
                 kind,
                 &[
-                    ("prior", has(&req.prior)),
+                    ("prior", req.prior.is_some()),
                     ("r", has(&req.r)),
                     ("alpha", req.alpha.is_some()),
                     (other_name, other.is_some()),
@@ -333,7 +349,250 @@ fn parse_spec(req: &ReleaseRequest, ledger_order: Order) -> Result<Spec, ApiErro
                 Spec::Laplace(noise)
             }
         }
+        Kind::Exponential => {
+            return Err(ApiError::Internal(
+                "the exponential mechanism is parsed with its counts".into(),
+            ))
+        }
     })
+}
+
+fn scalar_prior(req: &ReleaseRequest) -> Result<f64, ApiError> {
+    match &req.prior {
+        None => Ok(DEFAULT_PRIOR),
+        Some(AlphaRequest::Scalar(p)) => positive("prior", *p),
+        Some(AlphaRequest::PerCell(_)) => Err(ApiError::invalid_field(
+            "prior",
+            "prior must be a number for the dirichlet mechanism",
+        )),
+    }
+}
+
+fn cells(field: &'static str, value: &AlphaRequest) -> Result<CellValues, ApiError> {
+    let values = match value {
+        AlphaRequest::Scalar(v) => CellValues::Uniform(*v),
+        AlphaRequest::PerCell(v) => CellValues::PerCell(v.clone()),
+    };
+    CellValues::non_negative(field, values).map_err(|e| param_error(field, e))
+}
+
+/// A Dirichlet-family request with `lower_bound` or `prior_shape` (seeds 000 Remark 2, 003,
+/// 004 Algorithm 3). `alpha` may be 0 in a cell here: the bound supplies the prior there.
+fn parse_bounded(req: &ReleaseRequest, ledger_order: Order) -> Result<Spec, ApiError> {
+    let kind = req.mechanism;
+    let lower = req
+        .lower_bound
+        .as_ref()
+        .map(|l| cells("lower_bound", l))
+        .transpose()?;
+    if req.prior_shape.is_some() && kind != Kind::Posterior {
+        return Err(ApiError::invalid_field(
+            "prior_shape",
+            format!(
+                "prior_shape does not apply to the {} mechanism (only to posterior)",
+                kind_name(kind)
+            ),
+        ));
+    }
+    let epsilon = req
+        .epsilon
+        .map(|e| Epsilon::new(e).map_err(|err| param_error("epsilon", err)))
+        .transpose()?;
+    let order = match req.order {
+        Some(o) => Order::new(o).map_err(|e| param_error("order", e))?,
+        None => ledger_order,
+    };
+    let target = || {
+        epsilon
+            .map(|epsilon| Target { epsilon, order })
+            .ok_or_else(|| {
+                ApiError::invalid_field(
+                    "epsilon",
+                    format!("the {} mechanism needs epsilon", kind_name(kind)),
+                )
+            })
+    };
+    let alpha = || {
+        req.alpha
+            .as_ref()
+            .ok_or_else(|| {
+                ApiError::invalid_field(
+                    "alpha",
+                    format!("the {} mechanism needs alpha", kind_name(kind)),
+                )
+            })
+            .and_then(|a| cells("alpha", a))
+    };
+    let has = |o: &Option<f64>| o.is_some();
+    let mode = match kind {
+        Kind::Dirichlet => {
+            forbid(
+                kind,
+                &[
+                    ("r", has(&req.r)),
+                    ("alpha", req.alpha.is_some()),
+                    ("sigma", has(&req.sigma)),
+                    ("scale", has(&req.scale)),
+                ],
+            )?;
+            BoundedMode::Dirichlet {
+                target: target()?,
+                prior: scalar_prior(req)?,
+            }
+        }
+        Kind::Posterior => {
+            forbid(
+                kind,
+                &[
+                    ("prior", req.prior.is_some()),
+                    ("alpha", req.alpha.is_some()),
+                    ("sigma", has(&req.sigma)),
+                    ("scale", has(&req.scale)),
+                ],
+            )?;
+            let shape = match &req.prior_shape {
+                Some(s) => cells("prior_shape", s)?,
+                None => CellValues::Uniform(1.0),
+            };
+            if shape.min() <= 0.0 && lower.is_none() {
+                return Err(ApiError::invalid_field(
+                    "prior_shape",
+                    "prior_shape must be greater than 0 in every cell (0 is allowed only with lower_bound)",
+                ));
+            }
+            BoundedMode::Posterior {
+                target: target()?,
+                r: req
+                    .r
+                    .map(|r| positive("r", r))
+                    .transpose()?
+                    .unwrap_or(DEFAULT_R),
+                shape,
+            }
+        }
+        Kind::Diffuse => {
+            forbid(
+                kind,
+                &[
+                    ("prior", req.prior.is_some()),
+                    ("r", has(&req.r)),
+                    ("sigma", has(&req.sigma)),
+                    ("scale", has(&req.scale)),
+                ],
+            )?;
+            BoundedMode::Diffuse {
+                target: target()?,
+                alpha: alpha()?,
+            }
+        }
+        Kind::Explicit => {
+            forbid(
+                kind,
+                &[
+                    ("prior", req.prior.is_some()),
+                    ("sigma", has(&req.sigma)),
+                    ("scale", has(&req.scale)),
+                ],
+            )?;
+            if req.order.is_some() {
+                return Err(ApiError::invalid_field(
+                    "order",
+                    "the explicit mechanism is priced at the ledger order; order does not apply",
+                ));
+            }
+            let r = positive(
+                "r",
+                req.r.ok_or_else(|| {
+                    ApiError::invalid_field("r", "the explicit mechanism needs r")
+                })?,
+            )?;
+            BoundedMode::Explicit {
+                r,
+                alpha: alpha()?,
+                cap: epsilon,
+            }
+        }
+        _ => {
+            return Err(ApiError::invalid_field(
+                "lower_bound",
+                format!(
+                    "lower_bound does not apply to the {} mechanism (only to dirichlet, posterior, diffuse and explicit)",
+                    kind_name(kind)
+                ),
+            ))
+        }
+    };
+    Ok(Spec::Bounded(BoundedSpec { mode, lower }))
+}
+
+/// Seed 002's exponential mechanism: two whole-number cells (successes, failures) on a
+/// `replace_one` dataset, n = their sum at most `max_n` (the selection is O(n)).
+fn parse_exponential(
+    req: &ReleaseRequest,
+    counts: &Counts,
+    dataset: &Dataset,
+    max_n: u64,
+) -> Result<Spec, ApiError> {
+    let kind = Kind::Exponential;
+    forbid(
+        kind,
+        &[
+            ("order", req.order.is_some()),
+            ("r", req.r.is_some()),
+            ("alpha", req.alpha.is_some()),
+            ("sigma", req.sigma.is_some()),
+            ("scale", req.scale.is_some()),
+            ("lower_bound", req.lower_bound.is_some()),
+            ("prior_shape", req.prior_shape.is_some()),
+        ],
+    )?;
+    if dataset.sensitivity.relation() != Relation::ReplaceOne {
+        return Err(ApiError::invalid_field(
+            "mechanism",
+            "the exponential mechanism needs a replace_one dataset (seed 002's neighbours replace one record and keep n fixed)",
+        ));
+    }
+    let epsilon = Epsilon::new(req.epsilon.ok_or_else(|| {
+        ApiError::invalid_field("epsilon", "the exponential mechanism needs epsilon")
+    })?)
+    .map_err(|e| param_error("epsilon", e))?;
+    let x = counts.as_slice();
+    if x.len() != 2 {
+        return Err(ApiError::invalid_field(
+            "counts",
+            "the exponential mechanism needs exactly 2 cells (successes, failures)",
+        ));
+    }
+    if x.iter().any(|v| v.fract() != 0.0) {
+        return Err(ApiError::invalid_field(
+            "counts",
+            "the exponential mechanism needs whole-number counts",
+        ));
+    }
+    let n = x[0] + x[1];
+    if n < 1.0 || n > max_n as f64 {
+        return Err(ApiError::invalid_field(
+            "counts",
+            format!("the exponential mechanism needs 1 <= counts[0] + counts[1] <= {max_n} (the configured max_exponential_n)"),
+        ));
+    }
+    let prior = match &req.prior {
+        None => (1.0, 1.0),
+        Some(AlphaRequest::PerCell(v)) if v.len() == 2 => {
+            (positive("prior", v[0])?, positive("prior", v[1])?)
+        }
+        Some(_) => {
+            return Err(ApiError::invalid_field(
+                "prior",
+                "prior must be [alpha, beta] (two numbers > 0) for the exponential mechanism",
+            ))
+        }
+    };
+    Ok(Spec::Exponential(ExponentialSpec {
+        epsilon,
+        prior,
+        n: n as u64,
+    }))
 }
 
 fn plan_error(e: PlanError, dataset: &Dataset) -> ApiError {
@@ -374,11 +633,14 @@ impl Input {
         }
     }
 
-    /// Draw the output: the vector, or every row of the table independently.
-    pub fn draw(&self, draw: &Draw) -> Result<Output, String> {
+    /// Draw the output: the vector, or every row of the table independently; plus what the
+    /// draw adds to the mechanism record (the exponential mechanism's selection).
+    pub fn draw(&self, draw: &Draw) -> Result<(Output, Option<Value>), String> {
         match self {
-            Input::Vector(counts) => release::execute(draw, counts).map(Output::Vector),
-            Input::Table(t) => table::execute(draw, t).map(Output::Table),
+            Input::Vector(counts) => {
+                release::execute_release(draw, counts).map(|(y, drawn)| (Output::Vector(y), drawn))
+            }
+            Input::Table(t) => table::execute(draw, t).map(|t| (Output::Table(t), None)),
         }
     }
 }
@@ -410,7 +672,12 @@ async fn load_and_plan(
                 .ok_or_else(|| ApiError::not_found("dataset"))?,
         ),
     };
-    let planned = plan_request(req, &dataset, state.settings.max_dimension)?;
+    let planned = plan_request(
+        req,
+        &dataset,
+        state.settings.max_dimension,
+        state.settings.max_exponential_n,
+    )?;
     Ok(Parsed { dataset, planned })
 }
 
@@ -424,7 +691,25 @@ pub fn plan_release(
     max_dimension: usize,
 ) -> Result<Planned, ApiError> {
     let req: ReleaseRequest = parse_json(body)?;
-    plan_request(&req, dataset, max_dimension)
+    plan_request(&req, dataset, max_dimension, DEFAULT_MAX_EXPONENTIAL_N)
+}
+
+/// `max_exponential_n` of config/default.toml, for callers without settings.
+pub const DEFAULT_MAX_EXPONENTIAL_N: u64 = 10_000;
+
+fn parse_any(
+    req: &ReleaseRequest,
+    counts: &Counts,
+    dataset: &Dataset,
+    max_exponential_n: u64,
+) -> Result<Spec, ApiError> {
+    if req.mechanism == Kind::Exponential {
+        parse_exponential(req, counts, dataset, max_exponential_n)
+    } else if req.lower_bound.is_some() || req.prior_shape.is_some() {
+        parse_bounded(req, dataset.order)
+    } else {
+        parse_spec(req, dataset.order)
+    }
 }
 
 fn table_error(e: TableError) -> ApiError {
@@ -476,6 +761,7 @@ fn plan_request(
     req: &ReleaseRequest,
     dataset: &Dataset,
     max_dimension: usize,
+    max_exponential_n: u64,
 ) -> Result<Planned, ApiError> {
     let input = parse_input(req, dataset, max_dimension)?;
     let label = req
@@ -484,7 +770,19 @@ fn plan_request(
         .map(Label::new)
         .transpose()
         .map_err(|e| ApiError::invalid_field("label", e.to_string()))?;
-    let spec = parse_spec(req, dataset.order)?;
+    let spec = match &input {
+        Input::Vector(counts) => parse_any(req, counts, dataset, max_exponential_n)?,
+        Input::Table(_) if req.mechanism == Kind::Exponential => {
+            return Err(ApiError::invalid_field(
+                "table",
+                "the exponential mechanism releases one two-cell vector (counts), not a table",
+            ))
+        }
+        Input::Table(_) if req.lower_bound.is_some() || req.prior_shape.is_some() => {
+            parse_bounded(req, dataset.order)?
+        }
+        Input::Table(_) => parse_spec(req, dataset.order)?,
+    };
     // A table is priced as one vector of its row length: see `crate::table`.
     let d = match &input {
         Input::Vector(counts) => counts.len(),
@@ -524,6 +822,12 @@ struct PreviewView {
     /// Tables: one forecast per row, rows in order. Absent for vectors.
     #[serde(skip_serializing_if = "Option::is_none")]
     forecasts: Option<Vec<Option<Forecast>>>,
+    /// With `lower_bound`: the same request without it (the bound's gain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    without_bound: Option<Value>,
+    /// With `lower_bound`: seed 003's own (ε, δ) next to the RDP route's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gohari: Option<Value>,
 }
 
 async fn preview(
@@ -550,9 +854,33 @@ async fn preview(
         Input::Vector(counts) => (Some(release::forecast(&plan.draw, counts)), None),
         Input::Table(t) => (None, Some(table::forecasts(&plan.draw, t))),
     };
+    let (without_bound, gohari) = match &input {
+        Input::Vector(counts) => {
+            match parse_any(&req, counts, &dataset, state.settings.max_exponential_n) {
+                Ok(Spec::Bounded(spec)) => (
+                    release::seeds::without_bound(
+                        &spec,
+                        counts.len(),
+                        dataset.order,
+                        &dataset.sensitivity,
+                    ),
+                    release::seeds::gohari_view(
+                        &plan.draw,
+                        counts,
+                        &dataset.sensitivity,
+                        dataset.dp_target.map(|t| t.delta),
+                    ),
+                ),
+                _ => (None, None),
+            }
+        }
+        Input::Table(_) => (None, None),
+    };
     let view = PreviewView {
         forecast,
         forecasts,
+        without_bound,
+        gohari,
         mechanism: plan.record,
         cost: CostView {
             order: dataset.order.get(),
@@ -706,10 +1034,10 @@ async fn create(
             let Plan {
                 draw,
                 charge,
-                record,
+                mut record,
                 ..
             } = plan;
-            let output = if input.total_cells() < INLINE_DRAW_CELLS {
+            let (output, drawn) = if input.total_cells() < INLINE_DRAW_CELLS {
                 input.draw(&draw)
             } else {
                 tokio::task::spawn_blocking(move || input.draw(&draw))
@@ -717,6 +1045,9 @@ async fn create(
                     .map_err(|e| ApiError::Internal(format!("sampler task failed: {e}")))?
             }
             .map_err(|e| ApiError::Internal(format!("sampling refused: {e}")))?;
+            if let (Some(Value::Object(drawn)), Value::Object(record)) = (drawn, &mut record) {
+                record.extend(drawn);
+            }
             let new = NewRelease {
                 id: Uuid::now_v7(),
                 dataset_id: id,

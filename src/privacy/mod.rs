@@ -4,12 +4,15 @@
 //! Ponnoprat, Dirichlet posterior sampling).
 
 pub mod baseline;
+pub mod bounded;
 pub mod calibrate;
 pub mod convert;
 pub mod curve;
 pub mod discrete;
 pub mod divergence;
 pub mod exact;
+pub mod exponential;
+pub mod gohari;
 pub mod sampler;
 pub mod special;
 pub mod types;
