@@ -284,6 +284,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::excessive_precision)] // mpmath's digits, as printed
     fn log_one_minus_inverse_order_matches_mpmath() {
         // mpmath, 50 digits, at the exact doubles. ln_1p(−1/λ) was 1e-8 relative off at the
         // first (1.1e-9 of budget).
