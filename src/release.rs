@@ -477,7 +477,8 @@ pub fn check_shapes(draw: &Draw, counts: &Counts, sens: &Sensitivity) -> Result<
             })?;
             let largest = shapes.iter().copied().fold(0.0, f64::max);
             let shift = r * sens.linf();
-            if !(shift >= MIN_SHIFT_ULPS * ulp(largest)) {
+            let needed = MIN_SHIFT_ULPS * ulp(largest);
+            if shift.is_nan() || shift < needed {
                 return Err(PlanError::BeyondPrecision(
                     "r times the sensitivity is below 2^20 ulps of the largest shape r*count + alpha, \
                      so a neighbouring dataset's shift is lost to rounding; raise r or lower alpha"

@@ -120,7 +120,7 @@ impl Terms {
     /// G⁻(a) for a cell of shape a that loses r (a > r); +∞ outside the domain.
     fn g_minus(&self, a: f64) -> f64 {
         let low = a - self.r;
-        if !(low > 0.0) {
+        if low.is_nan() || low <= 0.0 {
             return f64::INFINITY;
         }
         scaled(self.r, self.r, low, kernel_integral(low, self.r, true))
@@ -130,7 +130,7 @@ impl Terms {
     /// G⁺(c) for a cell of shape c that gains r; +∞ at and past the pole c ≤ s.
     fn g_plus(&self, c: f64) -> f64 {
         let low = c - self.s;
-        if !(low > 0.0) {
+        if low.is_nan() || low <= 0.0 {
             return f64::INFINITY;
         }
         scaled(self.r, self.s, low, kernel_integral(low, self.s, true))
