@@ -191,7 +191,7 @@ pub fn problem_response(error: &ApiError) -> Response {
         type_: format!("/problems/{slug}"),
         title,
         status: status.as_u16(),
-        detail,
+        detail: shortest_numbers(&detail),
         extensions,
     };
     let mut response = (status, axum::Json(body)).into_response();
@@ -206,9 +206,72 @@ pub fn problem_response(error: &ApiError) -> Response {
     response
 }
 
+/// Decimal numbers of more than 20 characters rewritten in shortest round-trip form (`5e-324`, not
+/// 324 digits), whichever message formatted them with `{}`.
+pub fn shortest_numbers(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts_number = bytes[i].is_ascii_digit()
+            && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'));
+        if !starts_number {
+            let next = text[i..].chars().next().map_or(1, char::len_utf8);
+            out.push_str(&text[i..i + next]);
+            i += next;
+            continue;
+        }
+        let mut j = i;
+        while j < bytes.len() && bytes[j].is_ascii_digit() {
+            j += 1;
+        }
+        if j + 1 < bytes.len() && bytes[j] == b'.' && bytes[j + 1].is_ascii_digit() {
+            j += 1;
+            while j < bytes.len() && bytes[j].is_ascii_digit() {
+                j += 1;
+            }
+        }
+        let number = &text[i..j];
+        match number.parse::<f64>() {
+            Ok(value) if number.len() > 20 && value.is_finite() => {
+                out.push_str(&format!("{value:?}"))
+            }
+            _ => out.push_str(number),
+        }
+        i = j;
+    }
+    out
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         problem_response(&self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shortest_numbers;
+
+    /// Issue 13 item 14: ε = 5e-324 printed with `{}` is 326 characters.
+    #[test]
+    fn long_numbers_are_printed_shortest() {
+        let long = format!("no parameters achieve epsilon {} at order 2", 5e-324);
+        assert!(long.len() > 300);
+        assert_eq!(
+            shortest_numbers(&long),
+            "no parameters achieve epsilon 5e-324 at order 2"
+        );
+        let big = format!("costs {} of {}", 1e300, 0.25);
+        assert_eq!(shortest_numbers(&big), "costs 1e300 of 0.25");
+        for kept in [
+            "counts[12] must be",
+            "seq 3, order 1.5",
+            "id 0190d5c3-7f1a",
+            "α₂ = 1.0000000001",
+        ] {
+            assert_eq!(shortest_numbers(kept), kept);
+        }
     }
 }
 

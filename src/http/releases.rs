@@ -22,7 +22,8 @@ use uuid::Uuid;
 use super::auth::Caller;
 use super::datasets::param_error;
 use super::error::ApiError;
-use super::extract::{parse_json, ApiJson, ApiPath, ApiQuery};
+use super::extract::{parse_json_bounded, ApiJson, ApiPath, ApiQuery};
+use super::limits::CommitGate;
 use super::views::{budget_json, BudgetView, CostView, ReleaseView};
 use super::AppState;
 use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, NewRelease};
@@ -68,14 +69,21 @@ impl TryFrom<String> for Kind {
             "explicit" => Kind::Explicit,
             "gaussian" => Kind::Gaussian,
             "laplace" => Kind::Laplace,
-            _ => return Err(format!("unknown mechanism `{name}`, expected one of dirichlet, posterior, diffuse, explicit, gaussian, laplace")),
+            // Never quote `name`: problem documents echo nothing that was sent.
+            _ => {
+                return Err(
+                    "expected one of dirichlet, posterior, diffuse, explicit, gaussian, laplace"
+                        .into(),
+                )
+            }
         })
     }
 }
 
-/// A number or an array of numbers.
+/// A number or an array of numbers (bounded while parsed: `extract::ScalarOrCells`).
 #[derive(Deserialize, Serialize, Clone, Debug)]
 #[serde(untagged)]
+#[serde(from = "super::extract::ScalarOrCells")]
 pub enum AlphaRequest {
     Scalar(f64),
     PerCell(Vec<f64>),
@@ -84,7 +92,16 @@ pub enum AlphaRequest {
 /// Raw counts as they arrive. No `Debug`: they must never reach a log.
 #[derive(Deserialize, Serialize, Clone)]
 #[serde(transparent)]
-pub struct RawCounts(Vec<f64>);
+pub struct RawCounts(#[serde(deserialize_with = "super::extract::cells")] Vec<f64>);
+
+impl From<super::extract::ScalarOrCells> for AlphaRequest {
+    fn from(value: super::extract::ScalarOrCells) -> Self {
+        match value {
+            super::extract::ScalarOrCells::Scalar(a) => AlphaRequest::Scalar(a),
+            super::extract::ScalarOrCells::Cells(v) => AlphaRequest::PerCell(v),
+        }
+    }
+}
 
 /// The release request body. Serialised back (canonically) only to compute the idempotency
 /// fingerprint; never logged or stored.
@@ -371,7 +388,7 @@ pub fn plan_release(
     dataset: &Dataset,
     max_dimension: usize,
 ) -> Result<(Counts, Plan), ApiError> {
-    let req: ReleaseRequest = parse_json(body)?;
+    let req: ReleaseRequest = parse_json_bounded(body, max_dimension)?;
     plan_request(&req, dataset, max_dimension)
 }
 
@@ -440,11 +457,18 @@ async fn preview(
     ))
 }
 
-/// `Idempotency-Key`: 1 to 255 visible ASCII characters.
+/// `Idempotency-Key`: 1 to 255 visible ASCII characters, at most once.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(value) = values.next() else {
         return Ok(None);
     };
+    if values.next().is_some() {
+        return Err(ApiError::invalid_field(
+            "Idempotency-Key",
+            "Idempotency-Key must be sent at most once",
+        ));
+    }
     let key = value
         .to_str()
         .ok()
@@ -521,6 +545,7 @@ async fn create(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
+    gate: CommitGate,
     headers: HeaderMap,
     ApiJson(req): ApiJson<ReleaseRequest>,
 ) -> Result<Response, ApiError> {
@@ -592,6 +617,11 @@ async fn create(
                     .map_err(|e| ApiError::Internal(format!("sampler task failed: {e}")))?
             }
             .map_err(|e| ApiError::Internal(format!("sampling refused: {e}")))?;
+            // The request timeout answered while this was drawing: the client was told 503
+            // (not charged), so nothing may be charged.
+            if !gate.begin_commit() {
+                return Err(ApiError::Timeout);
+            }
             let new = NewRelease {
                 id: Uuid::now_v7(),
                 dataset_id: id,
