@@ -29,8 +29,9 @@ pub struct SqliteStore {
 
 impl SqliteStore {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
-        let connect = SqliteConnectOptions::from_str(url)
-            .map_err(|e| store_error("connect", e))?
+        let connect = SqliteConnectOptions::from_str(url).map_err(|e| store_error("connect", e))?;
+        create_private(connect.get_filename())?;
+        let connect = connect
             .create_if_missing(true)
             // Readers do not block the writer and the writer does not block readers.
             .journal_mode(SqliteJournalMode::Wal)
@@ -52,6 +53,28 @@ impl SqliteStore {
 
     pub fn pool(&self) -> &sqlx::SqlitePool {
         &self.pool
+    }
+}
+
+/// Creates a missing database file readable by its owner only. SQLite gives the WAL and shared
+/// memory files the database file's permissions, so all three hold token digests (and, without
+/// `DIRICHLET_FINGERPRINT_KEY`, the HMAC key) away from other local users. An existing file
+/// keeps the permissions it has.
+fn create_private(path: &std::path::Path) -> Result<(), StoreError> {
+    if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
+        return Ok(());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::Unavailable(format!(
+            "connect: cannot create the database file: {}",
+            e.kind()
+        ))),
     }
 }
 
