@@ -46,6 +46,7 @@ impl Application {
         let options = StoreOptions {
             max_connections: settings.db_max_connections,
             acquire_timeout: settings.db_acquire_timeout(),
+            max_stored_cells: settings.max_stored_cells,
         };
         let store = store::connect(&settings.database_url, &options).await?;
         let (admin_digest, generated_admin_token) = admin_digest(&settings, store.as_ref()).await?;

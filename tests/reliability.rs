@@ -703,3 +703,315 @@ async fn full_frozen() {
     })
     .await;
 }
+
+// ------------------------------------------------------------------- issue 13 (outside attack)
+
+use common::app::{assert_problem, spawn_app_with, Backend, ADMIN_TOKEN};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+/// `[1, 1, …]` with `n` cells, as a JSON array.
+fn ones(n: usize) -> String {
+    let mut s = String::with_capacity(2 * n + 2);
+    s.push('[');
+    for i in 0..n {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push('1');
+    }
+    s.push(']');
+    s
+}
+
+/// Item 2: once the charge is committed the client gets the 201, and a 503 means "not charged".
+/// 10⁶-cell releases under a 100 ms request timeout (the draw alone takes longer), mixed with
+/// 3-cell ones that finish in time. Before the fix the timeout answered 503 while the release
+/// task went on to draw and commit: the ledger counted releases nobody received (more charges
+/// than 201s).
+async fn a_timed_out_release_is_never_charged(backend: Backend) {
+    let _serial = SERIAL.lock().await;
+    let app = spawn_app_with(backend, |s| s.request_timeout_ms = 100).await;
+    let id = app.create_dataset(2.0, 64.0).await;
+    let path = format!("/v1/datasets/{id}/releases");
+    let big = format!(r#"{{"counts": {}, "epsilon": 0.5}}"#, ones(1_000_000));
+    let (mut created, mut timed_out, mut other) = (0usize, 0usize, Vec::new());
+    for i in 0..8 {
+        let body = if i % 2 == 0 {
+            big.clone()
+        } else {
+            r#"{"counts": [3, 4, 5], "epsilon": 0.5}"#.to_string()
+        };
+        let response = app
+            .client
+            .post(app.url(&path))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        match response.status() {
+            StatusCode::CREATED => created += 1,
+            StatusCode::SERVICE_UNAVAILABLE => {
+                let problem: Value = response.json().await.unwrap();
+                assert_eq!(problem["type"], "/problems/timeout");
+                timed_out += 1;
+            }
+            status => other.push(status),
+        }
+    }
+    assert!(other.is_empty(), "only 201 and 503: {other:?}");
+    // Let cut release tasks finish their draws (and, before the fix, their commits).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let budget = app.budget(&id).await;
+    report(
+        "timed-out releases",
+        json!({"backend": format!("{backend:?}"), "created_201": created, "timeout_503": timed_out,
+               "charged_releases": budget["releases"]}),
+    );
+    assert!(created >= 4, "the 3-cell releases finish in time");
+    assert!(
+        timed_out >= 1,
+        "the 10⁶-cell draws overrun the 100 ms timeout"
+    );
+    assert_eq!(
+        budget["releases"].as_u64().unwrap() as usize,
+        created,
+        "charges = 201s"
+    );
+    assert_eq!(budget["spent"].as_f64().unwrap(), 0.5 * created as f64);
+}
+
+/// Item 6: a listing page is bounded by bytes as well as by count, and stored outputs by a
+/// per-dataset quota whose refusal charges nothing. Before the fix `?limit=4` returned all three
+/// releases whatever their size, and the fourth release was stored (201).
+async fn listings_and_stored_outputs_are_bounded(backend: Backend) {
+    let app = spawn_app_with(backend, |s| {
+        s.max_page_bytes = 100_000;
+        s.max_stored_cells = 5_000;
+    })
+    .await;
+    let id = app.create_dataset(2.0, 64.0).await;
+    let path = format!("/v1/datasets/{id}/releases");
+    let release = |cells: usize| {
+        let body = format!(r#"{{"counts": {}, "epsilon": 0.5}}"#, ones(cells));
+        app.client
+            .post(app.url(&path))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    for _ in 0..3 {
+        assert_eq!(release(1_500).await.unwrap().status(), StatusCode::CREATED);
+    }
+    // 4 500 cells stored: 1 500 more would pass the quota of 5 000.
+    let before = app.budget(&id).await;
+    let problem = assert_problem(
+        release(1_500).await.unwrap(),
+        StatusCode::CONFLICT,
+        "output-quota-exceeded",
+    )
+    .await;
+    assert!(problem["detail"].as_str().unwrap().contains("5000"));
+    assert_eq!(app.budget(&id).await, before, "the refusal charged nothing");
+    assert_eq!(release(500).await.unwrap().status(), StatusCode::CREATED);
+
+    // Pages: a 1 500-cell release lists in at most 39 548 bytes, so 100 000 hold two.
+    let page: Value = app
+        .get(&format!("{path}?limit=4"), ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, [4, 3, 2], "the 500-cell one and two 1 500-cell ones");
+    assert_eq!(page["next_before"], 2);
+    let rest: Value = app
+        .get(&format!("{path}?limit=4&before=2"), ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rest["items"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["next_before"], Value::Null);
+}
+
+on_both_backends!(
+    a_timed_out_release_is_never_charged,
+    listings_and_stored_outputs_are_bounded
+);
+
+/// Peak resident memory (VmHWM) and current (VmRSS) of a process, in MiB.
+fn memory_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map(|kb| kb / 1024.0)
+            .unwrap()
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// Items 8 and 9 against the real binary: a 32 MiB body whose `alpha` has 16.7 M entries is
+/// refused after at most 10⁶ of them are parsed, and eight at once wait their turn for the
+/// body allowance. Before the fix one such body peaked at +672 MB (serde's untagged enum buffered
+/// every entry as a generic value) and eight at 1.5 GB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parsing_memory_is_bounded() {
+    let _serial = SERIAL.lock().await;
+    let (database_url, _dir, _) = common::app::fresh_database(Backend::Sqlite).await;
+    let logs = tempfile::tempdir().unwrap();
+    let replica = Replica::start("parsing", &database_url, &[], logs.path(), "info");
+    let pid = replica.pid().unwrap();
+    let client = reqwest::Client::new();
+    let base = replica.address();
+    let dataset: Value = client
+        .post(format!("{base}/v1/datasets"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"name": "parsing", "budget": {"order": 2, "epsilon": 4}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = dataset["id"].as_str().unwrap().to_string();
+    let body = format!(
+        r#"{{"counts": [1, 2], "epsilon": 1, "mechanism": "diffuse", "alpha": {}}}"#,
+        ones(16_700_000)
+    );
+    assert!(body.len() <= 32 * 1024 * 1024, "{} bytes", body.len());
+    let body = axum::body::Bytes::from(body);
+    let send = |body: axum::body::Bytes| {
+        client
+            .post(format!("{base}/v1/datasets/{id}/releases/preview"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let (base_peak, _) = memory_mib(pid);
+    let response = send(body.clone()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["field"], "alpha", "{problem}");
+    let (one_peak, _) = memory_mib(pid);
+    let answers = futures_join_all((0..8).map(|_| send(body.clone()))).await;
+    for answer in answers {
+        assert_eq!(answer.unwrap().status(), StatusCode::UNPROCESSABLE_ENTITY);
+    }
+    let (eight_peak, rss) = memory_mib(pid);
+    report(
+        "parsing memory",
+        json!({"body_bytes": body.len(), "alpha_entries": 16_700_000,
+               "vmhwm_mib": {"start": base_peak, "one_body": one_peak, "eight_bodies": eight_peak},
+               "vmrss_mib_after": rss}),
+    );
+    assert!(
+        one_peak - base_peak < 160.0,
+        "one body: +{} MiB",
+        one_peak - base_peak
+    );
+    assert!(
+        eight_peak - base_peak < 400.0,
+        "eight bodies: +{} MiB",
+        eight_peak - base_peak
+    );
+}
+
+/// `join_all` without a futures dependency: spawn each and await them in order.
+async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+/// Item 7: a client that stops reading a large listing is disconnected after the write timeout,
+/// which frees the response. Before the fix the server kept the connection and its response
+/// for as long as the client held it (four such clients held +370 MB past the request timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_readers_are_cut_by_the_write_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _serial = SERIAL.lock().await;
+    let app = spawn_app_with(Backend::Sqlite, |s| {
+        s.write_timeout_ms = 300;
+        s.max_page_bytes = 256 * 1024 * 1024;
+    })
+    .await;
+    let id = app.create_dataset(2.0, 64.0).await;
+    let body = format!(r#"{{"counts": {}, "epsilon": 0.5}}"#, ones(1_000_000));
+    for _ in 0..2 {
+        let response = app
+            .client
+            .post(app.url(&format!("/v1/datasets/{id}/releases")))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let path = format!("/v1/datasets/{id}/releases");
+    let full = app
+        .get(&path, ADMIN_TOKEN)
+        .await
+        .bytes()
+        .await
+        .unwrap()
+        .len();
+    assert!(
+        full > 20_000_000,
+        "a listing far larger than socket buffers: {full}"
+    );
+    let address = app.address.strip_prefix("http://").unwrap().to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    stream
+        .write_all(
+            format!(
+                "GET {path} HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // Read nothing for ten write timeouts, then everything there is.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut received = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let drained = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received += n,
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the server closed the connection");
+    report(
+        "slow reader",
+        json!({"listing_bytes": full, "received_after_stall": received}),
+    );
+    assert!(
+        received < full,
+        "the stalled response was abandoned ({received} of {full} bytes)"
+    );
+}

@@ -40,6 +40,8 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("{detail}")]
     BudgetExhausted { detail: String, budget: Value },
+    #[error("the dataset's stored releases would exceed the configured output quota of {quota} cells; nothing was charged")]
+    OutputQuotaExceeded { quota: i64 },
     #[error("this Idempotency-Key was already used for a different request")]
     IdempotencyKeyReused,
     #[error("{0}")]
@@ -114,6 +116,11 @@ impl ApiError {
                 StatusCode::CONFLICT,
                 "budget-exhausted",
                 "Privacy budget exhausted",
+            ),
+            OutputQuotaExceeded { .. } => (
+                StatusCode::CONFLICT,
+                "output-quota-exceeded",
+                "Output quota exceeded",
             ),
             IdempotencyKeyReused => (
                 StatusCode::UNPROCESSABLE_ENTITY,

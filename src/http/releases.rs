@@ -665,6 +665,11 @@ async fn create(
             replay(&state, &dataset, release, fingerprint, presented).await
         }
         CommitOutcome::DatasetNotFound => Err(ApiError::not_found("dataset")),
+        CommitOutcome::OutputQuotaExceeded { quota } => {
+            let e = ApiError::OutputQuotaExceeded { quota };
+            state.metrics.refusal(&e);
+            Err(e)
+        }
     }
 }
 
@@ -687,6 +692,28 @@ struct ListQuery {
 }
 
 const DEFAULT_PAGE: u32 = 100;
+
+/// An upper bound on the JSON of one release of `cells` cells: 25 bytes per number (the longest
+/// f64 in shortest form, `-2.2250738585072014e-308`, and a comma) and 2 KiB for the rest.
+fn listed_bytes(cells: i64) -> usize {
+    usize::try_from(cells)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(25)
+        .saturating_add(2048)
+}
+
+/// How many of the releases of `sizes` (newest first) fit in `max_bytes`; at least one when there
+/// is one, so that any release can be listed.
+fn page_fits(sizes: &[(i64, i64)], max_bytes: usize) -> usize {
+    let mut total = 0usize;
+    for (n, (_, cells)) in sizes.iter().enumerate() {
+        total = total.saturating_add(listed_bytes(*cells));
+        if total > max_bytes {
+            return n.max(1);
+        }
+    }
+    sizes.len()
+}
 
 async fn list(
     State(state): State<AppState>,
@@ -716,8 +743,23 @@ async fn list(
         .get_dataset(id)
         .await?
         .ok_or_else(|| ApiError::not_found("dataset"))?;
-    let releases = state.store.list_releases(id, query.before, limit).await?;
+    // Sizes first: the page stops before the release that would take it past max_page_bytes
+    // (one release always fits), so neither the outputs read nor the answer exceed that bound.
+    let sizes = state.store.release_sizes(id, query.before, limit).await?;
+    let fits = page_fits(&sizes, state.settings.max_page_bytes);
+    // Pinned below the newest release measured, so one committed meanwhile cannot slip in.
+    let before = query.before.or(sizes.first().map(|(seq, _)| seq + 1));
+    let releases = state
+        .store
+        .list_releases(id, before, fits.max(1) as u32)
+        .await?;
+    let releases = if sizes.is_empty() {
+        Vec::new()
+    } else {
+        releases
+    };
     let next_before = match releases.last() {
+        Some(last) if fits < sizes.len() => Some(last.seq),
         Some(last) if releases.len() == limit as usize && last.seq > 1 => Some(last.seq),
         _ => None,
     };

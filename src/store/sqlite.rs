@@ -25,6 +25,8 @@ const RELEASE_COLUMNS: &str =
 
 pub struct SqliteStore {
     pool: sqlx::SqlitePool,
+    /// The per-dataset output quota, in cells.
+    max_stored_cells: i64,
 }
 
 impl SqliteStore {
@@ -48,7 +50,10 @@ impl SqliteStore {
             .run(&pool)
             .await
             .map_err(|e| store_error("connect", e.into()))?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            max_stored_cells: options.stored_cells_quota(),
+        })
     }
 
     pub fn pool(&self) -> &sqlx::SqlitePool {
@@ -136,6 +141,7 @@ fn discard_on_error<T>(
 async fn commit_release_on(
     conn: &mut SqliteConnection,
     new: &NewRelease,
+    max_stored_cells: i64,
 ) -> Result<CommitOutcome, StoreError> {
     const CONTEXT: &str = "commit_release";
     let fail = |e| store_error(CONTEXT, e);
@@ -155,19 +161,30 @@ async fn commit_release_on(
         }
     }
 
+    let dimension = i64::try_from(new.distribution.len())
+        .map_err(|_| StoreError::Internal("commit_release: distribution too long".into()))?;
     let charged = sqlx::query_as::<_, BudgetColumns>(
-        "UPDATE datasets SET spent_units = spent_units + $2, release_count = release_count + 1 \
-         WHERE id = $1 AND spent_units + $2 <= total_units \
+        "UPDATE datasets SET spent_units = spent_units + $2, release_count = release_count + 1, \
+                             stored_cells = stored_cells + $3 \
+         WHERE id = $1 AND spent_units + $2 <= total_units AND stored_cells + $3 <= $4 \
          RETURNING budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta",
     )
     .bind(new.dataset_id.hyphenated())
     .bind(new.cost.raw())
+    .bind(dimension)
+    .bind(max_stored_cells)
     .fetch_optional(&mut *tx)
     .await
     .map_err(fail)?;
     let Some(charged) = charged else {
         let outcome = match fetch_dataset(&mut tx, CONTEXT, new.dataset_id).await? {
             None => CommitOutcome::DatasetNotFound,
+            // Under the write lock nothing changed since the UPDATE: the quota refused it.
+            Some(dataset) if dataset.budget().admits(new.cost) => {
+                CommitOutcome::OutputQuotaExceeded {
+                    quota: max_stored_cells,
+                }
+            }
             Some(dataset) => CommitOutcome::Exhausted {
                 budget: dataset.budget(),
             },
@@ -177,8 +194,6 @@ async fn commit_release_on(
     };
     let budget = BudgetState::try_from(charged)?;
 
-    let dimension = i64::try_from(new.distribution.len())
-        .map_err(|_| StoreError::Internal("commit_release: distribution too long".into()))?;
     let created_at = now();
     sqlx::query(
         "INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
@@ -310,7 +325,7 @@ impl LedgerStore for SqliteStore {
             .acquire()
             .await
             .map_err(|e| store_error("commit_release", e))?;
-        let result = commit_release_on(&mut conn, new).await;
+        let result = commit_release_on(&mut conn, new, self.max_stored_cells).await;
         discard_on_error(&mut conn, result)
     }
 
@@ -366,6 +381,25 @@ impl LedgerStore for SqliteStore {
             .into_iter()
             .map(ReleaseColumns::into_release)
             .collect()
+    }
+
+    async fn release_sizes(
+        &self,
+        dataset_id: Uuid,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT seq, dimension FROM releases \
+             WHERE dataset_id = $1 AND seq < COALESCE($2, 9223372036854775807) \
+             ORDER BY seq DESC LIMIT $3",
+        )
+        .bind(dataset_id.hyphenated())
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error("release_sizes", e))
     }
 
     async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError> {
