@@ -394,6 +394,8 @@ async fn invalid_requests_are_refused_and_charge_nothing(backend: Backend) {
         "malformed-request",
     )
     .await;
+    // Well-formed JSON whose number is out of f64's range: 422, as openapi.yaml says (issue 13
+    // item 11).
     assert_problem(
         send_raw(
             "{\"counts\": [1e999, 2], \"epsilon\": 1}",
@@ -401,8 +403,8 @@ async fn invalid_requests_are_refused_and_charge_nothing(backend: Backend) {
         )
         .await
         .unwrap(),
-        StatusCode::BAD_REQUEST,
-        "malformed-request",
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
     )
     .await;
     assert_problem(
