@@ -54,6 +54,8 @@ pub enum ApiError {
     Unavailable,
     #[error("the request took longer than the configured timeout")]
     Timeout,
+    #[error("the release's commit started but the database has not answered within the timeout; it may or may not have been charged: retry with the same Idempotency-Key, or read the ledger, to learn its outcome")]
+    CommitUnanswered,
     #[error("internal error")]
     Internal(String),
 }
@@ -151,6 +153,11 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "timeout",
                 "Request timed out",
+            ),
+            CommitUnanswered => (
+                StatusCode::GATEWAY_TIMEOUT,
+                "commit-outcome-unknown",
+                "Commit outcome unknown",
             ),
             Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,

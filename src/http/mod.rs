@@ -124,7 +124,8 @@ async fn header_limits(State(state): State<AppState>, req: Request, next: Next) 
 /// The whole-request timeout, rendered as a problem (tower-http's would answer an empty 408).
 /// It cuts a request only before a release commit starts ([`limits::CommitGate`]): once the
 /// charge may be written, the client waits for the commit's answer, so 503 `timeout` always
-/// means "not charged".
+/// means "not charged". A commit the database does not answer within a further timeout (a frozen
+/// database) is answered 504 `commit-outcome-unknown`: bounded, and never claiming "not charged".
 async fn timeout(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let gate = limits::CommitGate::default();
     req.extensions_mut().insert(gate.clone());
@@ -136,7 +137,9 @@ async fn timeout(State(state): State<AppState>, mut req: Request, next: Next) ->
             if gate.cut() {
                 ApiError::Timeout.into_response()
             } else {
-                response.await
+                tokio::time::timeout(state.settings.request_timeout(), response)
+                    .await
+                    .unwrap_or_else(|_| ApiError::CommitUnanswered.into_response())
             }
         }
     }
