@@ -827,15 +827,8 @@ async fn operational_endpoints(backend: Backend) {
         )
         .await;
     assert_eq!(response.status(), StatusCode::CONFLICT);
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    // The per-dataset series need the admin token (issue 13 item 5).
+    let metrics = app.get("/metrics", ADMIN_TOKEN).await.text().await.unwrap();
     assert!(
         metrics.contains(&format!("dirichlet_budget_spent{{dataset=\"{id}\"}} 0.5")),
         "{metrics}"
