@@ -522,7 +522,9 @@ async fn outage(p: OutageParams) {
             }
             other => panic!("unexpected answer during the outage test: {other:?} ({t:?})"),
         }
-        let limit = if a.answer.code() == Some(504) {
+        // A release whose commit started before the freeze waits for the database (201 after
+        // the thaw) or gets 504 after two request timeouts.
+        let limit = if matches!(a.answer.code(), Some(201 | 504)) {
             2 * REQUEST_TIMEOUT_MS + 500
         } else {
             REQUEST_TIMEOUT_MS + 500
@@ -771,7 +773,7 @@ async fn a_timed_out_release_is_never_charged(backend: Backend) {
     };
     let path = format!("/v1/datasets/{id}/releases");
     let big = format!(r#"{{"counts": {}, "epsilon": 0.5}}"#, ones(1_000_000));
-    let (mut created, mut timed_out, mut other) = (0usize, 0usize, Vec::new());
+    let (mut created, mut timed_out, mut unknown, mut other) = (0usize, 0usize, 0usize, Vec::new());
     for i in 0..8 {
         let body = if i % 2 == 0 {
             big.clone()
@@ -793,6 +795,8 @@ async fn a_timed_out_release_is_never_charged(backend: Backend) {
         };
         match response.status() {
             StatusCode::CREATED => created += 1,
+            // The commit started but outlasted a second timeout (a slow disk): outcome unknown.
+            StatusCode::GATEWAY_TIMEOUT => unknown += 1,
             StatusCode::SERVICE_UNAVAILABLE => {
                 let problem: Value = response.json().await.unwrap();
                 assert_eq!(problem["type"], "/problems/timeout");
@@ -801,7 +805,7 @@ async fn a_timed_out_release_is_never_charged(backend: Backend) {
             status => other.push(status),
         }
     }
-    assert!(other.is_empty(), "only 201 and 503: {other:?}");
+    assert!(other.is_empty(), "only 201, 503 and 504: {other:?}");
     // Let cut release tasks finish their draws (and, before the fix, their commits).
     tokio::time::sleep(Duration::from_secs(5)).await;
     let budget = loop {
@@ -815,18 +819,20 @@ async fn a_timed_out_release_is_never_charged(backend: Backend) {
     report(
         "timed-out releases",
         json!({"backend": format!("{backend:?}"), "created_201": created, "timeout_503": timed_out,
+               "unknown_504": unknown,
                "charged_releases": budget["releases"]}),
     );
     assert!(
         timed_out >= 1,
         "the 10⁶-cell draws overrun the 100 ms timeout"
     );
-    assert_eq!(
-        budget["releases"].as_u64().unwrap() as usize,
-        created,
-        "charges = 201s"
+    // Every 201 is charged, no 503 is; a 504 may be either.
+    let charged = budget["releases"].as_u64().unwrap() as usize;
+    assert!(
+        (created..=created + unknown).contains(&charged),
+        "{charged} charges for {created} 201s and {unknown} 504s"
     );
-    assert_eq!(budget["spent"].as_f64().unwrap(), 0.5 * created as f64);
+    assert_eq!(budget["spent"].as_f64().unwrap(), 0.5 * charged as f64);
 }
 
 /// Item 6: a listing page is bounded by bytes as well as by count, and stored outputs by a
@@ -1053,11 +1059,16 @@ async fn slow_readers_are_cut_by_the_write_timeout() {
         )
         .await
         .unwrap();
-    // Read nothing for ten write timeouts, then everything there is.
+    // Once the response has begun (building it takes seconds in a debug build), read nothing for
+    // ten write timeouts, then everything there is.
+    tokio::time::timeout(Duration::from_secs(60), stream.readable())
+        .await
+        .expect("the response begins")
+        .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut received = 0usize;
     let mut buf = vec![0u8; 1 << 16];
-    let drained = tokio::time::timeout(Duration::from_secs(30), async {
+    let drained = tokio::time::timeout(Duration::from_secs(60), async {
         loop {
             match stream.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
