@@ -263,6 +263,18 @@ impl IntoResponse for ApiError {
     }
 }
 
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Unavailable(message) => {
+                tracing::warn!(error = %message, "database unavailable");
+                ApiError::Unavailable
+            }
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::shortest_numbers;
@@ -285,18 +297,6 @@ mod tests {
             "α₂ = 1.0000000001",
         ] {
             assert_eq!(shortest_numbers(kept), kept);
-        }
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(error: StoreError) -> Self {
-        match error {
-            StoreError::Unavailable(message) => {
-                tracing::warn!(error = %message, "database unavailable");
-                ApiError::Unavailable
-            }
-            other => ApiError::Internal(other.to_string()),
         }
     }
 }
