@@ -8,6 +8,9 @@ use serde::Deserialize;
 
 const DEFAULTS: &str = include_str!("../config/default.toml");
 
+/// The prefix of analyst tokens (`http::auth::ANALYST_PREFIX`; a test keeps them equal).
+const ANALYST_PREFIX: &str = "dra_";
+
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
@@ -29,6 +32,10 @@ pub struct Settings {
     pub log_level: String,
     pub max_page_size: u32,
     pub max_exponential_n: u64,
+    pub max_page_bytes: usize,
+    pub max_stored_cells: u64,
+    pub max_inflight_body_bytes: usize,
+    pub write_timeout_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -106,6 +113,10 @@ impl Settings {
             "log_level",
             "max_page_size",
             "max_exponential_n",
+            "max_page_bytes",
+            "max_stored_cells",
+            "max_inflight_body_bytes",
+            "write_timeout_ms",
         ];
         const NUMERIC_KEYS: &[&str] = &[
             "max_dimension",
@@ -118,6 +129,10 @@ impl Settings {
             "retry_after_secs",
             "max_page_size",
             "max_exponential_n",
+            "max_page_bytes",
+            "max_stored_cells",
+            "max_inflight_body_bytes",
+            "write_timeout_ms",
         ];
         if let Some(url) = env("DATABASE_URL") {
             table.insert("database_url".into(), toml::Value::String(url));
@@ -168,7 +183,27 @@ impl Settings {
         if self.db_max_connections == 0 {
             return Err(invalid("db_max_connections must be at least 1"));
         }
+        if self.max_inflight_body_bytes < self.max_body_bytes {
+            return Err(invalid(
+                "max_inflight_body_bytes must be at least max_body_bytes",
+            ));
+        }
+        if self.write_timeout_ms == 0 {
+            return Err(invalid("write_timeout_ms must be at least 1"));
+        }
         if let Some(token) = &self.admin_token {
+            // Such a token could never sign in: the bearer value is trimmed, and one that
+            // starts with the analyst prefix is looked up as an analyst token.
+            if token.trim() != token || token.trim().is_empty() {
+                return Err(invalid(
+                    "admin_token must not be blank or start or end with white space",
+                ));
+            }
+            if token.starts_with(ANALYST_PREFIX) {
+                return Err(invalid(
+                    "admin_token must not start with the analyst token prefix `dra_`",
+                ));
+            }
             if token.len() < 16 {
                 return Err(invalid("admin_token must be at least 16 characters"));
             }
@@ -178,6 +213,9 @@ impl Settings {
 
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
+    }
+    pub fn write_timeout(&self) -> Duration {
+        Duration::from_millis(self.write_timeout_ms)
     }
     pub fn db_acquire_timeout(&self) -> Duration {
         Duration::from_millis(self.db_acquire_timeout_ms)
@@ -245,6 +283,33 @@ mod tests {
             Settings::from_layers(&[], |k| (k == "DIRICHLET_ADMIN_TOKEN")
                 .then(|| "short".into()))
             .is_err()
+        );
+    }
+
+    #[test]
+    fn the_analyst_prefix_is_the_one_auth_uses() {
+        assert_eq!(ANALYST_PREFIX, crate::http::auth::ANALYST_PREFIX);
+    }
+
+    /// Tokens that pass a length check but could never sign in (issue 13 item 17).
+    #[test]
+    fn admin_tokens_that_cannot_sign_in_are_refused() {
+        for token in [
+            "dra_0123456789abcdef_secret",
+            " 0123456789abcdefghij",
+            "0123456789abcdefghij ",
+            "                        ",
+            "\t0123456789abcdefghij",
+        ] {
+            let result = Settings::from_layers(&[], |k| {
+                (k == "DIRICHLET_ADMIN_TOKEN").then(|| token.into())
+            });
+            assert!(result.is_err(), "{token:?} was accepted");
+        }
+        assert!(
+            Settings::from_layers(&[], |k| (k == "DIRICHLET_ADMIN_TOKEN")
+                .then(|| "a-token-with-inner space".into()))
+            .is_ok()
         );
     }
 }

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Settings;
 use crate::http::auth::{generate_admin_token, random_bytes, sha256};
+use crate::http::limits::WriteTimeout;
 use crate::http::metrics::Metrics;
 use crate::http::{router, AppState};
 use crate::ledger::{LedgerStore, StoreError};
@@ -45,6 +46,7 @@ impl Application {
         let options = StoreOptions {
             max_connections: settings.db_max_connections,
             acquire_timeout: settings.db_acquire_timeout(),
+            max_stored_cells: settings.max_stored_cells,
         };
         let store = store::connect(&settings.database_url, &options).await?;
         let (admin_digest, generated_admin_token) = admin_digest(&settings, store.as_ref()).await?;
@@ -56,6 +58,7 @@ impl Application {
                     addr: settings.listen,
                     source,
                 })?;
+        let settings_bodies = settings.max_inflight_body_bytes;
         let state = AppState {
             store,
             settings: Arc::new(settings),
@@ -64,6 +67,7 @@ impl Application {
             metrics: Metrics::new(),
             tasks: TaskTracker::new(),
             caches: Default::default(),
+            bodies: Arc::new(crate::http::limits::Bodies::new(settings_bodies)),
         };
         Ok(Application {
             listener,
@@ -90,7 +94,8 @@ impl Application {
     /// configured `max_headers`/`max_header_bytes`, so that the router's header check answers
     /// an oversized request with a 431 problem document; only a head beyond the caps gets
     /// hyper's bare 431. A client that does not finish its request head within the request
-    /// timeout is disconnected.
+    /// timeout is disconnected, and so is one that stops reading its response for the write
+    /// timeout (which frees the response).
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -114,6 +119,7 @@ impl Application {
             tracing::trace!(%peer, "connection accepted");
             let _ = stream.set_nodelay(true);
             let service = TowerToHyperService::new(app.clone());
+            let stream = WriteTimeout::new(stream, settings.write_timeout());
             let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
             tokio::spawn(async move {
                 if let Err(e) = connection.await {

@@ -431,7 +431,8 @@ async fn outage(p: OutageParams) {
     );
     // One attempt per request: every answer during the outage is on the record.
     driver.max_attempts = 1;
-    driver.attempt_timeout = Duration::from_millis(REQUEST_TIMEOUT_MS + 5000);
+    // A commit caught by the freeze is answered after two request timeouts (504).
+    driver.attempt_timeout = Duration::from_millis(2 * REQUEST_TIMEOUT_MS + 5000);
     // Budgets far beyond the load: every release the database takes is admitted.
     let targets = targets(&driver.client, &addresses[0], &[60_000, 60_000]).await;
     for t in &targets {
@@ -487,6 +488,17 @@ async fn outage(p: OutageParams) {
     for a in &attempts {
         match &a.answer {
             Answer::Status { code: 201, .. } => {}
+            // The commit started before the freeze: its outcome is unknown, never "not charged".
+            Answer::Status {
+                code: 504,
+                problem_type,
+                ..
+            } => {
+                assert_eq!(
+                    problem_type.as_deref(),
+                    Some("/problems/commit-outcome-unknown")
+                );
+            }
             Answer::Status {
                 code: 503,
                 content_type,
@@ -498,7 +510,11 @@ async fn outage(p: OutageParams) {
                 assert!(
                     matches!(
                         problem_type.as_deref(),
-                        Some("/problems/service-unavailable" | "/problems/timeout")
+                        Some(
+                            "/problems/service-unavailable"
+                                | "/problems/timeout"
+                                | "/problems/commit-outcome-unknown"
+                        )
                     ),
                     "{problem_type:?}"
                 );
@@ -506,8 +522,15 @@ async fn outage(p: OutageParams) {
             }
             other => panic!("unexpected answer during the outage test: {other:?} ({t:?})"),
         }
+        // A release whose commit started before the freeze waits for the database (201 after
+        // the thaw) or gets 504 after two request timeouts.
+        let limit = if matches!(a.answer.code(), Some(201 | 504)) {
+            2 * REQUEST_TIMEOUT_MS + 500
+        } else {
+            REQUEST_TIMEOUT_MS + 500
+        };
         assert!(
-            a.latency < Duration::from_millis(REQUEST_TIMEOUT_MS + 500),
+            a.latency < Duration::from_millis(limit),
             "an answer took {:?}",
             a.latency
         );
@@ -518,7 +541,9 @@ async fn outage(p: OutageParams) {
     }
     assert!(!during.is_empty(), "requests ran during the outage");
     assert!(
-        during.iter().all(|a| a.answer.code() == Some(503)),
+        during
+            .iter()
+            .all(|a| matches!(a.answer.code(), Some(503 | 504))),
         "nothing succeeds without the database"
     );
     let first_503 = attempts
@@ -532,7 +557,7 @@ async fn outage(p: OutageParams) {
     // then); a frozen server costs at most the request timeout.
     let bound = match p.kind {
         OutageKind::Stop => ACQUIRE_TIMEOUT_MS * 3 + 500,
-        OutageKind::Freeze => REQUEST_TIMEOUT_MS + 500,
+        OutageKind::Freeze => 2 * REQUEST_TIMEOUT_MS + 500,
     };
     assert!(
         max < bound as f64,
@@ -702,4 +727,363 @@ async fn full_frozen() {
         after: Duration::from_secs(3),
     })
     .await;
+}
+
+// ------------------------------------------------------------------- issue 13 (outside attack)
+
+use common::app::{assert_problem, spawn_app_with, Backend, ADMIN_TOKEN};
+use reqwest::StatusCode;
+use serde_json::Value;
+
+/// `[1, 1, …]` with `n` cells, as a JSON array.
+fn ones(n: usize) -> String {
+    let mut s = String::with_capacity(2 * n + 2);
+    s.push('[');
+    for i in 0..n {
+        if i > 0 {
+            s.push(',');
+        }
+        s.push('1');
+    }
+    s.push(']');
+    s
+}
+
+/// Item 2: once the charge is committed the client gets the 201, and a 503 means "not charged".
+/// 10⁶-cell releases under a 100 ms request timeout (the draw alone takes longer), mixed with
+/// 3-cell ones that finish in time. Before the fix the timeout answered 503 while the release
+/// task went on to draw and commit: the ledger counted releases nobody received (more charges
+/// than 201s).
+async fn a_timed_out_release_is_never_charged(backend: Backend) {
+    let _serial = SERIAL.lock().await;
+    let app = spawn_app_with(backend, |s| s.request_timeout_ms = 100).await;
+    // On a loaded machine even a registration can take longer than 100 ms.
+    let id = loop {
+        let response = app
+            .post(
+                "/v1/datasets",
+                ADMIN_TOKEN,
+                &json!({"name": "t", "budget": {"order": 2, "epsilon": 64}}),
+            )
+            .await;
+        if response.status() == StatusCode::CREATED {
+            let dataset: Value = response.json().await.unwrap();
+            break dataset["id"].as_str().unwrap().to_string();
+        }
+    };
+    let path = format!("/v1/datasets/{id}/releases");
+    let big = format!(r#"{{"counts": {}, "epsilon": 0.5}}"#, ones(1_000_000));
+    let (mut created, mut timed_out, mut unknown, mut other) = (0usize, 0usize, 0usize, Vec::new());
+    for i in 0..8 {
+        let body = if i % 2 == 0 {
+            big.clone()
+        } else {
+            r#"{"counts": [3, 4, 5], "epsilon": 0.5}"#.to_string()
+        };
+        let response = app
+            .client
+            .post(app.url(&path))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await;
+        // Cut while still sending its body: the 503 came before the body was read.
+        let Ok(response) = response else {
+            timed_out += 1;
+            continue;
+        };
+        match response.status() {
+            StatusCode::CREATED => created += 1,
+            // The commit started but outlasted a second timeout (a slow disk): outcome unknown.
+            StatusCode::GATEWAY_TIMEOUT => unknown += 1,
+            StatusCode::SERVICE_UNAVAILABLE => {
+                let problem: Value = response.json().await.unwrap();
+                assert_eq!(problem["type"], "/problems/timeout");
+                timed_out += 1;
+            }
+            status => other.push(status),
+        }
+    }
+    assert!(other.is_empty(), "only 201, 503 and 504: {other:?}");
+    // Let cut release tasks finish their draws (and, before the fix, their commits).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let budget = loop {
+        let response = app
+            .get(&format!("/v1/datasets/{id}/budget"), ADMIN_TOKEN)
+            .await;
+        if response.status() == StatusCode::OK {
+            break response.json::<Value>().await.unwrap();
+        }
+    };
+    report(
+        "timed-out releases",
+        json!({"backend": format!("{backend:?}"), "created_201": created, "timeout_503": timed_out,
+               "unknown_504": unknown,
+               "charged_releases": budget["releases"]}),
+    );
+    assert!(
+        timed_out >= 1,
+        "the 10⁶-cell draws overrun the 100 ms timeout"
+    );
+    // Every 201 is charged, no 503 is; a 504 may be either.
+    let charged = budget["releases"].as_u64().unwrap() as usize;
+    assert!(
+        (created..=created + unknown).contains(&charged),
+        "{charged} charges for {created} 201s and {unknown} 504s"
+    );
+    assert_eq!(budget["spent"].as_f64().unwrap(), 0.5 * charged as f64);
+}
+
+/// Item 6: a listing page is bounded by bytes as well as by count, and stored outputs by a
+/// per-dataset quota whose refusal charges nothing. Before the fix `?limit=4` returned all three
+/// releases whatever their size, and the fourth release was stored (201).
+async fn listings_and_stored_outputs_are_bounded(backend: Backend) {
+    let app = spawn_app_with(backend, |s| {
+        s.max_page_bytes = 100_000;
+        s.max_stored_cells = 5_000;
+    })
+    .await;
+    let id = app.create_dataset(2.0, 64.0).await;
+    let path = format!("/v1/datasets/{id}/releases");
+    let release = |cells: usize| {
+        let body = format!(r#"{{"counts": {}, "epsilon": 0.5}}"#, ones(cells));
+        app.client
+            .post(app.url(&path))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    for _ in 0..3 {
+        assert_eq!(release(1_500).await.unwrap().status(), StatusCode::CREATED);
+    }
+    // 4 500 cells stored: 1 500 more would pass the quota of 5 000.
+    let before = app.budget(&id).await;
+    let problem = assert_problem(
+        release(1_500).await.unwrap(),
+        StatusCode::CONFLICT,
+        "output-quota-exceeded",
+    )
+    .await;
+    assert!(problem["detail"].as_str().unwrap().contains("5000"));
+    assert_eq!(app.budget(&id).await, before, "the refusal charged nothing");
+    assert_eq!(release(500).await.unwrap().status(), StatusCode::CREATED);
+
+    // Pages: a 1 500-cell release lists in at most 39 548 bytes, so 100 000 hold two.
+    let page: Value = app
+        .get(&format!("{path}?limit=4"), ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let seqs: Vec<i64> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, [4, 3, 2], "the 500-cell one and two 1 500-cell ones");
+    assert_eq!(page["next_before"], 2);
+    let rest: Value = app
+        .get(&format!("{path}?limit=4&before=2"), ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rest["items"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["next_before"], Value::Null);
+}
+
+on_both_backends!(
+    a_timed_out_release_is_never_charged,
+    listings_and_stored_outputs_are_bounded
+);
+
+/// Peak resident memory (VmHWM) and current (VmRSS) of a process, in MiB.
+fn memory_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map(|kb| kb / 1024.0)
+            .unwrap()
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// Items 8 and 9 against the real binary: a 32 MiB body whose `alpha` has 16.7 M entries is
+/// refused after at most 10⁶ of them are parsed, and eight at once wait their turn for the
+/// body allowance. Before the fix one such body peaked at +672 MB (serde's untagged enum buffered
+/// every entry as a generic value) and eight at 1.5 GB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parsing_memory_is_bounded() {
+    let _serial = SERIAL.lock().await;
+    let (database_url, _dir, _) = common::app::fresh_database(Backend::Sqlite).await;
+    let logs = tempfile::tempdir().unwrap();
+    let replica = Replica::start("parsing", &database_url, &[], logs.path(), "info");
+    let pid = replica.pid().unwrap();
+    let client = reqwest::Client::new();
+    let base = replica.address();
+    let dataset: Value = client
+        .post(format!("{base}/v1/datasets"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"name": "parsing", "budget": {"order": 2, "epsilon": 4}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = dataset["id"].as_str().unwrap().to_string();
+    let body = format!(
+        r#"{{"counts": [1, 2], "epsilon": 1, "mechanism": "diffuse", "alpha": {}}}"#,
+        ones(16_700_000)
+    );
+    assert!(body.len() <= 32 * 1024 * 1024, "{} bytes", body.len());
+    let body = axum::body::Bytes::from(body);
+    let send = |body: axum::body::Bytes| {
+        client
+            .post(format!("{base}/v1/datasets/{id}/releases/preview"))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let (base_peak, _) = memory_mib(pid);
+    let started = Instant::now();
+    let response = send(body.clone()).await.unwrap();
+    let status = response.status();
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{problem} after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(problem["field"], "alpha", "{problem}");
+    let one_took = started.elapsed();
+    let (one_peak, _) = memory_mib(pid);
+    // Four fit the default allowance (128 MiB) at once; the others wait, and on a slow machine
+    // may reach the request timeout (503, or a connection cut while sending) instead.
+    let answers = futures_join_all((0..8).map(|_| send(body.clone()))).await;
+    let mut statuses = Vec::new();
+    for answer in answers {
+        let status = answer.map(|r| r.status().as_u16()).unwrap_or(0);
+        assert!(matches!(status, 422 | 503 | 0), "{status}");
+        statuses.push(status);
+    }
+    assert!(statuses.contains(&422));
+    let (eight_peak, rss) = memory_mib(pid);
+    report(
+        "parsing memory",
+        json!({"body_bytes": body.len(), "alpha_entries": 16_700_000,
+               "one_body_s": one_took.as_secs_f64(), "eight_statuses": statuses,
+               "vmhwm_mib": {"start": base_peak, "one_body": one_peak, "eight_bodies": eight_peak},
+               "vmrss_mib_after": rss}),
+    );
+    assert!(
+        one_peak - base_peak < 160.0,
+        "one body: +{} MiB",
+        one_peak - base_peak
+    );
+    assert!(
+        eight_peak - base_peak < 400.0,
+        "eight bodies: +{} MiB",
+        eight_peak - base_peak
+    );
+}
+
+/// `join_all` without a futures dependency: spawn each and await them in order.
+async fn futures_join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+/// Item 7: a client that stops reading a large listing is disconnected after the write timeout,
+/// which frees the response. Before the fix the server kept the connection and its response
+/// for as long as the client held it (four such clients held +370 MB past the request timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_readers_are_cut_by_the_write_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _serial = SERIAL.lock().await;
+    let app = spawn_app_with(Backend::Sqlite, |s| {
+        s.write_timeout_ms = 300;
+        s.max_page_bytes = 256 * 1024 * 1024;
+    })
+    .await;
+    let id = app.create_dataset(2.0, 64.0).await;
+    let body = format!(r#"{{"counts": {}, "epsilon": 0.5}}"#, ones(1_000_000));
+    for _ in 0..2 {
+        let response = app
+            .client
+            .post(app.url(&format!("/v1/datasets/{id}/releases")))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::CREATED);
+    }
+    let path = format!("/v1/datasets/{id}/releases");
+    let full = app
+        .get(&path, ADMIN_TOKEN)
+        .await
+        .bytes()
+        .await
+        .unwrap()
+        .len();
+    assert!(
+        full > 20_000_000,
+        "a listing far larger than socket buffers: {full}"
+    );
+    let address = app.address.strip_prefix("http://").unwrap().to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    stream
+        .write_all(
+            format!(
+                "GET {path} HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {ADMIN_TOKEN}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // Once the response has begun (building it takes seconds in a debug build), read nothing for
+    // ten write timeouts, then everything there is.
+    tokio::time::timeout(Duration::from_secs(60), stream.readable())
+        .await
+        .expect("the response begins")
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut received = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let drained = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received += n,
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the server closed the connection");
+    report(
+        "slow reader",
+        json!({"listing_bytes": full, "received_after_stall": received}),
+    );
+    assert!(
+        received < full,
+        "the stalled response was abandoned ({received} of {full} bytes)"
+    );
 }

@@ -425,7 +425,356 @@ async fn idempotency_keys_are_bound_to_their_caller(backend: Backend) {
     assert_eq!(app.budget(&id).await["releases"], 1);
 }
 
+// ------------------------------------------------------------------- issue 13 (outside attack)
+
+/// The digits of this marker must appear in no problem document.
+const MARKER: &str = "31415926";
+
+async fn assert_unquoted(response: reqwest::Response, status: StatusCode, slug: &str) -> Value {
+    let problem = assert_problem(response, status, slug).await;
+    assert!(
+        !problem.to_string().contains(MARKER),
+        "the problem quotes a sent value: {problem}"
+    );
+    problem
+}
+
+/// Items 1, 3, 11, 13, 14. Before the fix: `[31415926, 1, 2]` was parsed positionally and its
+/// 422 quoted "integer `31415926`"; `[[120,45,3],0.4]` made a release, `["x",[0.5,2]]` a dataset
+/// and `[["<id>"]]` a token; an unknown mechanism or field name was quoted back; `1e999` was a
+/// 400; a malformed id's 404 quoted the path and the parser's complaint; ε = 5e-324 gave a
+/// 419-character detail.
+async fn bodies_are_objects_and_problems_quote_nothing(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(2.0, 4.0).await;
+    let releases = format!("/v1/datasets/{id}/releases");
+    let preview = format!("{releases}/preview");
+    let marker: u64 = MARKER.parse().unwrap();
+
+    // Positional arrays are not objects, on every body route.
+    for (path, body) in [
+        (&preview, json!([marker, 1, 2])),
+        (&releases, json!([[120, 45, 3], 0.4])),
+        (&releases, json!([[marker, 45, 3], 0.4])),
+        (&"/v1/datasets".to_string(), json!(["x", [0.5, 2]])),
+        (&"/v1/tokens".to_string(), json!([[id]])),
+        (&releases, json!(marker)),
+        (&releases, json!(MARKER)),
+    ] {
+        let problem = assert_unquoted(
+            app.post(path, ADMIN_TOKEN, &body).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
+        assert!(
+            problem["detail"].as_str().unwrap().contains("JSON object"),
+            "{problem}"
+        );
+    }
+    assert_eq!(app.budget(&id).await["releases"], 0, "no release was made");
+    let listed: Value = app
+        .get("/v1/datasets", ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["items"].as_array().unwrap().len(),
+        1,
+        "no dataset was made"
+    );
+
+    // Objects whose errors used to quote the value, whatever the path.
+    for body in [
+        json!({"counts": [1, 2], "epsilon": 0.5, "mechanism": MARKER}),
+        json!({"counts": [1, 2], "epsilon": 0.5, "mechanism": marker}),
+        json!({"counts": [1, 2], "epsilon": MARKER}),
+        json!({"counts": [1, 2], "epsilon": 0.5, MARKER: 1}),
+        json!({"counts": [1, 2], "epsilon": 0.5, "alpha": {"x": marker}, "mechanism": "diffuse"}),
+        json!({"counts": [1, MARKER], "epsilon": 0.5}),
+        json!({"counts": {"a": marker}, "epsilon": 0.5}),
+    ] {
+        for path in [&releases, &preview] {
+            assert_unquoted(
+                app.post(path, ADMIN_TOKEN, &body).await,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-request",
+            )
+            .await;
+        }
+    }
+    assert_unquoted(
+        app.post(
+            "/v1/datasets",
+            ADMIN_TOKEN,
+            &json!({"name": "x", "budget": {"order": 2, "epsilon": 1}, "neighbouring": MARKER}),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
+
+    // 1e999 is well-formed JSON with an out-of-range value: 422 at its field, as openapi says.
+    let response = app
+        .client
+        .post(app.url(&preview))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("content-type", "application/json")
+        .body(r#"{"counts": [1, 2, 3], "epsilon": 1e999}"#)
+        .send()
+        .await
+        .unwrap();
+    let problem = assert_unquoted(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
+    assert_eq!(problem["field"], "epsilon");
+
+    // A malformed id is a resource that does not exist; the detail says no more.
+    for path in [
+        format!("/v1/datasets/{MARKER}"),
+        format!("/v1/datasets/{id}/releases/{MARKER}-x"),
+    ] {
+        let problem = assert_unquoted(
+            app.get(&path, ADMIN_TOKEN).await,
+            StatusCode::NOT_FOUND,
+            "not-found",
+        )
+        .await;
+        assert_eq!(problem["detail"], "no such resource");
+    }
+    // Query strings too.
+    let problem = assert_unquoted(
+        app.get(&format!("{releases}?limit={MARKER}x"), ADMIN_TOKEN)
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
+    assert_eq!(problem["field"], "limit");
+
+    // Extreme values are printed in shortest round-trip form.
+    let problem = assert_problem(
+        app.post(
+            &preview,
+            ADMIN_TOKEN,
+            &json!({"counts": [1, 2, 3], "epsilon": 5e-324}),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "calibration-infeasible",
+    )
+    .await;
+    let detail = problem["detail"].as_str().unwrap();
+    assert!(detail.len() < 200, "{} characters: {detail}", detail.len());
+    assert!(detail.contains("5e-324"), "{detail}");
+}
+
+/// Item 12. Before the fix the first of two `Idempotency-Key` headers won silently (201).
+async fn two_idempotency_keys_are_refused(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(2.0, 4.0).await;
+    let response = app
+        .client
+        .post(app.url(&format!("/v1/datasets/{id}/releases")))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("Idempotency-Key", "first")
+        .header("Idempotency-Key", "second")
+        .json(&json!({"counts": [1, 2, 3], "epsilon": 0.5}))
+        .send()
+        .await
+        .unwrap();
+    let problem = assert_problem(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
+    assert_eq!(problem["field"], "Idempotency-Key");
+    assert_eq!(app.budget(&id).await["releases"], 0);
+}
+
+/// Item 10. Before the fix an analyst posting a bad body to an admin-only route got 415, 400 or
+/// 422 (the body was parsed before the role was checked).
+async fn admin_routes_check_the_role_before_the_body(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(2.0, 4.0).await;
+    let analyst = app.analyst_token(&[&id]).await;
+    for path in ["/v1/datasets", "/v1/tokens"] {
+        for (content_type, body) in [
+            (Some("text/plain"), "hello"),
+            (Some("application/json"), "{not json"),
+            (Some("application/json"), "[1, 2]"),
+            (None, ""),
+        ] {
+            let mut request = app.client.post(app.url(path)).bearer_auth(&analyst);
+            if let Some(content_type) = content_type {
+                request = request.header("content-type", content_type);
+            }
+            let response = request.body(body).send().await.unwrap();
+            assert_problem(response, StatusCode::FORBIDDEN, "forbidden").await;
+        }
+    }
+}
+
+/// Item 9. Before the fix a request declaring a 40 MB body (and sending none) waited the whole
+/// request timeout (30 s) and got 503 `timeout`.
+async fn a_declared_oversized_body_is_refused_at_once(backend: Backend) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(2.0, 4.0).await;
+    let address = app.address.strip_prefix("http://").unwrap().to_string();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST /v1/datasets/{id}/releases HTTP/1.1\r\nhost: {address}\r\n\
+         authorization: Bearer {ADMIN_TOKEN}\r\ncontent-type: application/json\r\n\
+         content-length: 40000000\r\n\r\n"
+    );
+    let started = Instant::now();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !String::from_utf8_lossy(&answer).contains("\r\n\r\n{") {
+            let n = stream.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await
+    .expect("answered within 5 s, not after the request timeout");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("payload-too-large"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(app.budget(&id).await["releases"], 0);
+}
+
+/// Items 4 and 5. Before the fix 40 requests with 4 KB methods grew `/metrics` by ~2.7 MB (each
+/// method became a label value), and the unauthenticated `/metrics` listed every dataset id.
+async fn metrics_are_bounded_and_dataset_series_need_the_admin_token(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(2.0, 4.0).await;
+    let analyst = app.analyst_token(&[&id]).await;
+    let before = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(before.status(), StatusCode::OK);
+    let before = before.text().await.unwrap();
+    for i in 0..40 {
+        let method = format!("X{i}{}", "M".repeat(4000));
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let _ = app
+            .client
+            .request(method, app.url(&format!("/v1/datasets/{id}/x{i}")))
+            .send()
+            .await
+            .unwrap();
+    }
+    let after = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        after.len() < before.len() + 4096,
+        "/metrics grew from {} to {} bytes",
+        before.len(),
+        after.len()
+    );
+    assert!(!after.contains("MMMM"));
+    assert!(after.contains("method=\"other\""), "{after}");
+    // Public: aggregate series only, no dataset named.
+    assert!(!after.contains(&id), "the public /metrics names a dataset");
+    assert!(after.contains("http_requests_total"));
+    // The admin token sees the ledger series.
+    let admin = app.get("/metrics", ADMIN_TOKEN).await;
+    assert_eq!(admin.status(), StatusCode::OK);
+    let admin = admin.text().await.unwrap();
+    assert!(
+        admin.contains(&format!("dirichlet_budget_total{{dataset=\"{id}\"}}")),
+        "{admin}"
+    );
+    // Other credentials are refused rather than silently given less.
+    assert_problem(
+        app.get("/metrics", &analyst).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
+    assert_problem(
+        app.get("/metrics", "not-a-token").await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+}
+
+/// Item 16. Before the fix the SQLite database, WAL and SHM files were created 0644.
+#[cfg(unix)]
+#[tokio::test]
+async fn sqlite_files_are_created_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let app = spawn_app(Backend::Sqlite).await;
+    let id = app.create_dataset(2.0, 4.0).await;
+    let response = app
+        .post(
+            &format!("/v1/datasets/{id}/releases"),
+            ADMIN_TOKEN,
+            &json!({"counts": [1, 2, 3], "epsilon": 0.5}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let db = app.sqlite_path.clone().unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let path = format!("{}{suffix}", db.display());
+        let mode = std::fs::metadata(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{path} has mode {mode:o}");
+    }
+}
+
+/// Item 17. Before the fix these admin tokens passed the start-up check but could never sign in
+/// (the bearer value is trimmed; a `dra_` token is looked up as an analyst token).
+#[tokio::test]
+async fn admin_tokens_that_cannot_sign_in_are_refused_at_start_up() {
+    let (database_url, _dir, _) = fresh_database(Backend::Sqlite).await;
+    let logs = tempfile::tempdir().unwrap();
+    for token in [
+        "dra_0123456789abcdef_0123456789",
+        " padded-admin-token-0123456789 ",
+        "                    ",
+    ] {
+        let started = Replica::try_start(
+            "bad-admin",
+            &database_url,
+            &[("DIRICHLET_ADMIN_TOKEN", token)],
+            logs.path(),
+            "info",
+        );
+        let error = started
+            .err()
+            .unwrap_or_else(|| panic!("{token:?} was accepted"));
+        assert!(error.contains("exit status: 2"), "{error}");
+    }
+}
+
 on_both_backends!(
+    bodies_are_objects_and_problems_quote_nothing,
+    two_idempotency_keys_are_refused,
+    admin_routes_check_the_role_before_the_body,
+    a_declared_oversized_body_is_refused_at_once,
+    metrics_are_bounded_and_dataset_series_need_the_admin_token,
     idempotency_keys_are_bound_to_their_caller,
     tokens_are_stored_only_as_digests,
     header_sections_are_bounded,

@@ -28,6 +28,7 @@ fn options() -> StoreOptions {
     StoreOptions {
         max_connections: 8,
         acquire_timeout: Duration::from_secs(5),
+        max_stored_cells: u64::MAX,
     }
 }
 
@@ -952,6 +953,7 @@ fn short_timeout() -> StoreOptions {
     StoreOptions {
         max_connections: 4,
         acquire_timeout: Duration::from_secs(1),
+        max_stored_cells: u64::MAX,
     }
 }
 
@@ -1006,6 +1008,7 @@ async fn postgres_sessions_carry_server_timeouts() {
         &StoreOptions {
             max_connections: 2,
             acquire_timeout: Duration::from_millis(2500),
+            max_stored_cells: u64::MAX,
         },
     )
     .await

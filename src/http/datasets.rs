@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::auth::Caller;
 use super::error::ApiError;
-use super::extract::{parse_json, ApiJson, ApiPath};
+use super::extract::{parse_json, Admin, ApiJson, ApiPath};
 use super::views::{BudgetView, DatasetView};
 use super::AppState;
 use crate::ledger::{DpTarget, NewDataset, Units, UnitsError};
@@ -67,9 +67,8 @@ impl TryFrom<String> for Neighbouring {
         match name.as_str() {
             "replace_one" => Ok(Neighbouring::ReplaceOne),
             "add_remove_one" => Ok(Neighbouring::AddRemoveOne),
-            _ => Err(format!(
-                "unknown neighbouring `{name}`, expected replace_one or add_remove_one"
-            )),
+            // Never quote `name`: problem documents echo nothing that was sent.
+            _ => Err("expected replace_one or add_remove_one".into()),
         }
     }
 }
@@ -179,10 +178,9 @@ fn parse(req: CreateDataset, created_by: String) -> Result<NewDataset, ApiError>
 
 async fn create(
     State(state): State<AppState>,
-    caller: Caller,
+    Admin(caller): Admin,
     ApiJson(req): ApiJson<CreateDataset>,
 ) -> Result<Response, ApiError> {
-    caller.require_admin()?;
     let new = parse(req, caller.name())?;
     let dataset = state.store.create_dataset(&new).await?;
     tracing::info!(dataset = %dataset.id, order = dataset.order.get(), total = dataset.total.to_f64(), "dataset registered");

@@ -40,6 +40,8 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("{detail}")]
     BudgetExhausted { detail: String, budget: Value },
+    #[error("the dataset's stored releases would exceed the configured output quota of {quota} cells; nothing was charged")]
+    OutputQuotaExceeded { quota: i64 },
     #[error("this Idempotency-Key was already used for a different request")]
     IdempotencyKeyReused,
     #[error("{0}")]
@@ -54,6 +56,8 @@ pub enum ApiError {
     Unavailable,
     #[error("the request took longer than the configured timeout")]
     Timeout,
+    #[error("the release's commit started but the database has not answered within the timeout; it may or may not have been charged: retry with the same Idempotency-Key, or read the ledger, to learn its outcome")]
+    CommitUnanswered,
     #[error("internal error")]
     Internal(String),
 }
@@ -117,6 +121,11 @@ impl ApiError {
                 "budget-exhausted",
                 "Privacy budget exhausted",
             ),
+            OutputQuotaExceeded { .. } => (
+                StatusCode::CONFLICT,
+                "output-quota-exceeded",
+                "Output quota exceeded",
+            ),
             IdempotencyKeyReused => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "idempotency-key-reused",
@@ -151,6 +160,11 @@ impl ApiError {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "timeout",
                 "Request timed out",
+            ),
+            CommitUnanswered => (
+                StatusCode::GATEWAY_TIMEOUT,
+                "commit-outcome-unknown",
+                "Commit outcome unknown",
             ),
             Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -198,7 +212,7 @@ pub fn problem_response(error: &ApiError) -> Response {
         type_: format!("/problems/{slug}"),
         title,
         status: status.as_u16(),
-        detail,
+        detail: shortest_numbers(&detail),
         extensions,
     };
     let mut response = (status, axum::Json(body)).into_response();
@@ -211,6 +225,43 @@ pub fn problem_response(error: &ApiError) -> Response {
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
     response
+}
+
+/// Decimal numbers of more than 20 characters rewritten in shortest round-trip form (`5e-324`, not
+/// 324 digits), whichever message formatted them with `{}`.
+pub fn shortest_numbers(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let starts_number = bytes[i].is_ascii_digit()
+            && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'));
+        if !starts_number {
+            let next = text[i..].chars().next().map_or(1, char::len_utf8);
+            out.push_str(&text[i..i + next]);
+            i += next;
+            continue;
+        }
+        let mut j = i;
+        while j < bytes.len() && bytes[j].is_ascii_digit() {
+            j += 1;
+        }
+        if j + 1 < bytes.len() && bytes[j] == b'.' && bytes[j + 1].is_ascii_digit() {
+            j += 1;
+            while j < bytes.len() && bytes[j].is_ascii_digit() {
+                j += 1;
+            }
+        }
+        let number = &text[i..j];
+        match number.parse::<f64>() {
+            Ok(value) if number.len() > 20 && value.is_finite() => {
+                out.push_str(&format!("{value:?}"))
+            }
+            _ => out.push_str(number),
+        }
+        i = j;
+    }
+    out
 }
 
 impl IntoResponse for ApiError {
@@ -227,6 +278,32 @@ impl From<StoreError> for ApiError {
                 ApiError::Unavailable
             }
             other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shortest_numbers;
+
+    /// Issue 13 item 14: ε = 5e-324 printed with `{}` is 326 characters.
+    #[test]
+    fn long_numbers_are_printed_shortest() {
+        let long = format!("no parameters achieve epsilon {} at order 2", 5e-324);
+        assert!(long.len() > 300);
+        assert_eq!(
+            shortest_numbers(&long),
+            "no parameters achieve epsilon 5e-324 at order 2"
+        );
+        let big = format!("costs {} of {}", 1e300, 0.25);
+        assert_eq!(shortest_numbers(&big), "costs 1e300 of 0.25");
+        for kept in [
+            "counts[12] must be",
+            "seq 3, order 1.5",
+            "id 0190d5c3-7f1a",
+            "α₂ = 1.0000000001",
+        ] {
+            assert_eq!(shortest_numbers(kept), kept);
         }
     }
 }

@@ -1,27 +1,31 @@
 //! Extractors whose rejections are [`ApiError`]s, so axum's own failures speak problem+json.
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, Deserializer, SeqAccess, Visitor};
+use serde::Deserialize;
 
+use super::auth::Caller;
 use super::error::ApiError;
+use super::AppState;
 
-/// JSON body. Unlike `axum::Json`, a data error never echoes the offending value (it could be a
-/// count): the detail names the JSON path only, plus serde's reason for non-count fields.
+/// JSON body. The body must be a JSON object; a data error never echoes what was sent (it could
+/// be a count): the detail names the JSON path and a generic description of what is wrong.
+/// Sequences of numbers are bounded while they are parsed ([`cells`]), at the dataset dimension
+/// limit, so a body cannot make the parser allocate more than that per sequence.
 pub struct ApiJson<T>(pub T);
 
-impl<T, S> FromRequest<S> for ApiJson<T>
+impl<T> FromRequest<AppState> for ApiJson<T>
 where
     T: DeserializeOwned,
-    S: Send + Sync,
 {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let is_json = req
             .headers()
             .get(CONTENT_TYPE)
@@ -33,57 +37,260 @@ where
                 "expected a body with Content-Type: application/json".into(),
             ));
         }
+        // Large bodies take a share of a server-wide byte allowance for as long as they are read
+        // and parsed, so that many at once queue instead of multiplying the peak memory.
+        let declared = super::limits::content_length(req.headers());
+        let _permit = state
+            .bodies
+            .admit(declared, state.settings.max_body_bytes)
+            .await?;
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(bytes_rejection)?;
-        parse_json(&bytes).map(ApiJson)
+        parse_json_bounded(&bytes, state.settings.max_dimension).map(ApiJson)
     }
 }
 
-/// Deserialize a JSON document into `T` with problem-shaped, count-free errors.
+/// Deserialize a JSON document into `T` with problem-shaped errors that quote nothing sent,
+/// with number sequences unbounded (callers that know the dimension limit use
+/// [`parse_json_bounded`]).
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    // Syntax first, so a data error never hides broken JSON after it.
+    parse_json_bounded(bytes, usize::MAX)
+}
+
+/// [`parse_json`] with every [`cells`] sequence limited to `max_cells` numbers while it is
+/// parsed, and all of them together to twice that.
+pub fn parse_json_bounded<T: DeserializeOwned>(
+    bytes: &[u8],
+    max_cells: usize,
+) -> Result<T, ApiError> {
+    // Syntax first, so a data error never hides broken JSON after it. An out-of-range number
+    // (`1e999`) is valid syntax with an unrepresentable value: the typed pass reports it (422).
     if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
-        return Err(ApiError::Malformed(format!(
-            "the body is not valid JSON: {e}"
-        )));
+        if !is_out_of_range(&e) {
+            return Err(syntax_error(&e));
+        }
     }
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(ApiError::invalid("the request body must be a JSON object"));
+    }
+    let _limit = CellLimit::set(max_cells);
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
-        let path = err.path().to_string();
+        let inner = err.inner().to_string();
+        let path = render_path(err.path(), inner.starts_with("unknown field"));
         let inner = err.into_inner();
         match inner.classify() {
+            _ if is_out_of_range(&inner) => data_error(&path, "number out of range"),
             serde_json::error::Category::Syntax
             | serde_json::error::Category::Eof
-            | serde_json::error::Category::Io => {
-                // Syntax messages carry a position, never a value.
-                ApiError::Malformed(format!("the body is not valid JSON: {inner}"))
-            }
-            serde_json::error::Category::Data => {
-                if path.starts_with("counts") {
-                    ApiError::invalid_field(
-                        "counts",
-                        format!("{path} must be a finite number >= 0"),
-                    )
-                } else if path == "." {
-                    ApiError::invalid(data_reason(&inner))
-                } else {
-                    ApiError::invalid_field(&path, format!("{path}: {}", data_reason(&inner)))
-                }
-            }
+            | serde_json::error::Category::Io => syntax_error(&inner),
+            serde_json::error::Category::Data => data_error(&path, &inner.to_string()),
         }
     })?;
-    de.end()
-        .map_err(|e| ApiError::Malformed(format!("the body is not valid JSON: {e}")))?;
+    de.end().map_err(|e| syntax_error(&e))?;
     Ok(value)
 }
 
-/// serde's message without its " at line L column C" suffix.
-fn data_reason(err: &serde_json::Error) -> String {
-    let text = err.to_string();
-    match text.rfind(" at line ") {
-        Some(i) => text[..i].to_string(),
-        None => text,
+/// The path as `a.b[2].c`. For an unknown field the last segment is the sent key itself, which is
+/// left out (`drop_last`): the error names the object that has it.
+fn render_path(path: &serde_path_to_error::Path, drop_last: bool) -> String {
+    use serde_path_to_error::Segment;
+    let segments: Vec<&Segment> = path.iter().collect();
+    let keep = if drop_last {
+        segments.len().saturating_sub(1)
+    } else {
+        segments.len()
+    };
+    let mut out = String::new();
+    for segment in &segments[..keep] {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push('?');
+            }
+        }
+    }
+    if out.is_empty() {
+        ".".into()
+    } else {
+        out
+    }
+}
+
+fn is_out_of_range(e: &serde_json::Error) -> bool {
+    e.to_string().starts_with("number out of range")
+}
+
+/// Where the JSON broke, never what it said.
+fn syntax_error(e: &serde_json::Error) -> ApiError {
+    ApiError::Malformed(format!(
+        "the body is not valid JSON (line {}, column {})",
+        e.line(),
+        e.column()
+    ))
+}
+
+/// A 422 naming the field by its path (our field names and array indexes only) and the kind of
+/// error; serde's message is read only to tell the kind, since it quotes the offending value.
+fn data_error(path: &str, message: &str) -> ApiError {
+    let message = match message.rfind(" at line ") {
+        Some(i) => &message[..i],
+        None => message,
+    };
+    let reason = describe(message);
+    let field = if path.starts_with("counts") {
+        "counts"
+    } else {
+        path
+    };
+    if path == "." || path.is_empty() {
+        ApiError::invalid(format!("the body {reason}"))
+    } else {
+        ApiError::invalid_field(field, format!("{path} {reason}"))
+    }
+}
+
+/// A generic description of a serde data error. What comes after serde's last ", expected " is
+/// the `expecting` text of this crate's types, never input; messages of this crate's own
+/// `TryFrom` and visitor errors start with "expected " and say only what is accepted.
+fn describe(message: &str) -> String {
+    let expected = |rest: &str| match rest.rfind(", expected ") {
+        Some(i) => format!(" (expected {})", &rest[i + ", expected ".len()..]),
+        None => String::new(),
+    };
+    const KINDS: [(&str, &str); 5] = [
+        ("invalid type", "has the wrong type"),
+        ("invalid value", "has an invalid value"),
+        ("invalid length", "has the wrong number of elements"),
+        ("unknown variant", "is not one of the accepted values"),
+        ("unknown field", "has an unknown field"),
+    ];
+    for (prefix, kind) in KINDS {
+        if let Some(rest) = message.strip_prefix(prefix) {
+            return format!("{kind}{}", expected(rest));
+        }
+    }
+    if message.starts_with("number out of range") {
+        return "is out of range: it must be a finite number".into();
+    }
+    // "missing field `x`" and "duplicate field `x`" name one of this crate's fields.
+    if message.starts_with("missing field") || message.starts_with("duplicate field") {
+        return format!("is invalid: {message}");
+    }
+    if message.starts_with("expected ") {
+        return format!("is invalid ({message})");
+    }
+    "is invalid".into()
+}
+
+thread_local! {
+    /// (per-sequence limit, numbers left for the whole document) of the parse running on this
+    /// thread; `None` outside [`parse_json_bounded`]. Parsing is synchronous, so the parse that
+    /// set it is the only reader.
+    static CELLS: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+}
+
+struct CellLimit(Option<(usize, usize)>);
+
+impl CellLimit {
+    fn set(max_cells: usize) -> CellLimit {
+        CellLimit(CELLS.replace(Some((max_cells, max_cells.saturating_mul(2)))))
+    }
+}
+
+impl Drop for CellLimit {
+    fn drop(&mut self) {
+        CELLS.set(self.0);
+    }
+}
+
+/// One more number for the current sequence, which holds `len` already.
+fn take_cell<E: serde::de::Error>(len: usize) -> Result<(), E> {
+    let Some((per_sequence, left)) = CELLS.get() else {
+        return Ok(());
+    };
+    if len >= per_sequence {
+        return Err(E::custom(format!(
+            "expected at most {per_sequence} numbers"
+        )));
+    }
+    if left == 0 {
+        return Err(E::custom(format!(
+            "expected at most {} numbers in the whole body",
+            per_sequence.saturating_mul(2)
+        )));
+    }
+    CELLS.set(Some((per_sequence, left - 1)));
+    Ok(())
+}
+
+/// `#[serde(deserialize_with = "cells")]`: an array of numbers, refused as soon as it grows past
+/// the dimension limit of the parse (see [`parse_json_bounded`]) instead of after it was read
+/// whole. Reusable for any list of cells (counts, per-cell alpha, a table row).
+pub fn cells<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<f64>, D::Error> {
+    deserializer.deserialize_seq(CellsVisitor)
+}
+
+struct CellsVisitor;
+
+impl<'de> Visitor<'de> for CellsVisitor {
+    type Value = Vec<f64>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of numbers")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f64>, A::Error> {
+        let mut out = Vec::new();
+        while let Some(x) = seq.next_element::<f64>()? {
+            take_cell::<A::Error>(out.len())?;
+            out.push(x);
+        }
+        Ok(out)
+    }
+}
+
+/// A number, or an array of numbers bounded like [`cells`] (serde's `untagged` would buffer the
+/// whole array as generic values first, ~5× its size, before any limit applies).
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScalarOrCells {
+    Scalar(f64),
+    Cells(Vec<f64>),
+}
+
+impl<'de> Deserialize<'de> for ScalarOrCells {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ScalarOrCells;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a number or an array of numbers")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<ScalarOrCells, E> {
+                Ok(ScalarOrCells::Scalar(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ScalarOrCells, E> {
+                Ok(ScalarOrCells::Scalar(v as f64))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ScalarOrCells, E> {
+                Ok(ScalarOrCells::Scalar(v as f64))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ScalarOrCells, A::Error> {
+                CellsVisitor.visit_seq(seq).map(ScalarOrCells::Cells)
+            }
+        }
+        deserializer.deserialize_any(V)
     }
 }
 
@@ -92,6 +299,20 @@ fn bytes_rejection(rejection: BytesRejection) -> ApiError {
         ApiError::PayloadTooLarge
     } else {
         ApiError::Malformed("the request body could not be read".into())
+    }
+}
+
+/// An admin caller, checked before anything else of the request is read: an analyst gets 403
+/// for an admin-only route whatever its body.
+pub struct Admin(pub Caller);
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        caller.require_admin()?;
+        Ok(Admin(caller))
     }
 }
 
@@ -110,12 +331,14 @@ where
             .await
             .map(|p| ApiPath(p.0))
             .map_err(|e: PathRejection| {
-                ApiError::NotFound(format!("no such resource ({})", e.body_text()))
+                // The rejection's text quotes the path and the parser's complaint: say neither.
+                let _ = e;
+                ApiError::NotFound("no such resource".into())
             })
     }
 }
 
-/// Query string parameters.
+/// Query string parameters, with the same value-free errors as bodies.
 pub struct ApiQuery<T>(pub T);
 
 impl<T, S> FromRequestParts<S> for ApiQuery<T>
@@ -125,11 +348,20 @@ where
 {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|q| ApiQuery(q.0))
-            .map_err(|e: QueryRejection| ApiError::invalid(e.body_text()))
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or("");
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(de)
+            .map(ApiQuery)
+            .map_err(|err| {
+                let path = err.path().to_string();
+                let message = err.into_inner().to_string();
+                if path == "." || path.is_empty() {
+                    ApiError::invalid(format!("the query string {}", describe(&message)))
+                } else {
+                    ApiError::invalid_field(&path, format!("{path} {}", describe(&message)))
+                }
+            })
     }
 }
 
@@ -197,7 +429,91 @@ mod tests {
             Err(ApiError::Malformed(_))
         ));
         let err = parse_json::<Body>(br#"{"counts": [1, 2], "seed": 7}"#).unwrap_err();
-        assert!(detail(err).contains("unknown field `seed`"));
+        let text = detail(err);
+        assert!(text.contains("unknown field"), "{text}");
+        assert!(!text.contains("seed"), "a sent key is not quoted: {text}");
+    }
+
+    /// Issue 13 items 1, 3 and 11: nothing sent is quoted, whatever the path, and only objects
+    /// are bodies.
+    #[test]
+    fn no_error_quotes_what_was_sent() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Nested {
+            kind: Kind,
+            inner: Option<Body>,
+            labels: Vec<String>,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(rename_all = "snake_case")]
+        enum Kind {
+            Dirichlet,
+        }
+        for body in [
+            &br#"[31415926, 1, 2]"#[..],
+            br#"31415926"#,
+            br#""31415926""#,
+            br#"{"kind": "31415926", "labels": []}"#,
+            br#"{"kind": 31415926, "labels": []}"#,
+            br#"{"kind": "dirichlet", "labels": [31415926]}"#,
+            br#"{"kind": "dirichlet", "labels": [], "31415926": 1}"#,
+            br#"{"kind": "dirichlet", "labels": [], "inner": {"counts": [1], "epsilon": "31415926"}}"#,
+            br#"{"kind": "dirichlet", "labels": [], "inner": {"counts": [1], "x31415926": 1}}"#,
+            br#"{"kind": "dirichlet", "labels": [], "inner": [[31415926]]}"#,
+            br#"{"kind": "dirichlet", "labels": [], "inner": {"counts": [1], "epsilon": 31415926e999}}"#,
+        ] {
+            let err = parse_json::<Nested>(body).unwrap_err();
+            let text = detail(err);
+            assert!(!text.contains("31415926"), "{text}");
+        }
+        for body in [&b"[1, 2]"[..], b"[[120,45,3],0.4]", b"7", b"null", b"\"x\""] {
+            let err = parse_json::<Body>(body).unwrap_err();
+            assert!(matches!(err, ApiError::Invalid { .. }), "{err:?}");
+            assert!(detail(err).contains("must be a JSON object"));
+        }
+    }
+
+    #[test]
+    fn an_out_of_range_number_is_422_at_its_path() {
+        let err = parse_json::<Body>(br#"{"counts": [1, 2], "epsilon": 1e999}"#).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Invalid { field: Some(f), .. } if f == "epsilon"),
+            "{err:?}"
+        );
+        let err = parse_json::<Body>(br#"{"counts": [1, -1e999]}"#).unwrap_err();
+        assert!(
+            matches!(&err, ApiError::Invalid { field: Some(f), .. } if f == "counts"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn cell_sequences_are_bounded_while_parsing() {
+        #[derive(serde::Deserialize)]
+        struct Cells {
+            #[serde(deserialize_with = "super::cells")]
+            a: Vec<f64>,
+            #[serde(default)]
+            b: Option<ScalarOrCells>,
+        }
+        let ok: Cells = parse_json_bounded(br#"{"a": [1, 2, 3], "b": [4, 5, 6]}"#, 3).unwrap();
+        assert_eq!(ok.a, [1.0, 2.0, 3.0]);
+        assert_eq!(ok.b, Some(ScalarOrCells::Cells(vec![4.0, 5.0, 6.0])));
+        let ok: Cells = parse_json_bounded(br#"{"a": [1, 2], "b": 7}"#, 3).unwrap();
+        assert_eq!(ok.b, Some(ScalarOrCells::Scalar(7.0)));
+        for body in [
+            &br#"{"a": [1, 2, 3, 4]}"#[..],
+            br#"{"a": [1], "b": [1, 2, 3, 4]}"#,
+        ] {
+            let err = parse_json_bounded::<Cells>(body, 3).err().unwrap();
+            let text = detail(err);
+            assert!(text.contains("at most 3 numbers"), "{text}");
+        }
+        // Outside a bounded parse the visitor does not limit.
+        let ok: Cells = parse_json(br#"{"a": [1, 2, 3, 4]}"#).unwrap();
+        assert_eq!(ok.a.len(), 4);
     }
 
     #[test]

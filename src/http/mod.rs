@@ -6,6 +6,7 @@ pub mod cache;
 pub mod datasets;
 pub mod error;
 pub mod extract;
+pub mod limits;
 pub mod metrics;
 mod nonnull;
 pub mod ops;
@@ -44,6 +45,8 @@ pub struct AppState {
     pub tasks: TaskTracker,
     /// Verified analyst tokens and datasets (see `cache`).
     pub caches: Arc<cache::Caches>,
+    /// The allowance of large request bodies read and parsed at once.
+    pub bodies: Arc<limits::Bodies>,
 }
 
 impl AppState {
@@ -81,7 +84,7 @@ pub fn router(state: AppState) -> Router {
             TraceLayer::new_for_http().make_span_with(|req: &Request| {
                 let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_default();
                 let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-                tracing::info_span!("request", method = %req.method(), route = %route, request_id = %id)
+                tracing::info_span!("request", method = method_label(req.method()), route = %route, request_id = %id)
             }),
         )
         .layer(PropagateRequestIdLayer::x_request_id())
@@ -106,21 +109,64 @@ async fn header_limits(State(state): State<AppState>, req: Request, next: Next) 
         }
         .into_response();
     }
+    // A declared body over the limit is refused before a byte of it is read, and the connection
+    // is not kept: the client may still be sending it.
+    if limits::content_length(headers).is_some_and(|n| n > state.settings.max_body_bytes as u64) {
+        let mut response = ApiError::PayloadTooLarge.into_response();
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
     next.run(req).await
 }
 
 /// The whole-request timeout, rendered as a problem (tower-http's would answer an empty 408).
-async fn timeout(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    match tokio::time::timeout(state.settings.request_timeout(), next.run(req)).await {
-        Ok(response) => response,
-        Err(_) => ApiError::Timeout.into_response(),
+/// It cuts a request only before a release commit starts ([`limits::CommitGate`]): once the
+/// charge may be written, the client waits for the commit's answer, so 503 `timeout` always
+/// means "not charged". A commit the database does not answer within a further timeout (a frozen
+/// database) is answered 504 `commit-outcome-unknown`: bounded, and never claiming "not charged".
+async fn timeout(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let gate = limits::CommitGate::default();
+    req.extensions_mut().insert(gate.clone());
+    let response = next.run(req);
+    tokio::pin!(response);
+    tokio::select! {
+        response = &mut response => response,
+        () = tokio::time::sleep(state.settings.request_timeout()) => {
+            if gate.cut() {
+                ApiError::Timeout.into_response()
+            } else {
+                tokio::time::timeout(state.settings.request_timeout(), response)
+                    .await
+                    .unwrap_or_else(|_| ApiError::CommitUnanswered.into_response())
+            }
+        }
+    }
+}
+
+/// The method as a metric label: the standard ones by name, anything else as `other`, so that
+/// clients cannot create label values (and series) at will.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "PATCH" => "PATCH",
+        "OPTIONS" => "OPTIONS",
+        "TRACE" => "TRACE",
+        "CONNECT" => "CONNECT",
+        _ => "other",
     }
 }
 
 /// Request metrics, plus `Retry-After` on every 503.
 async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = req.method().to_string();
+    let method = method_label(req.method());
+    // A matched route's template; every other path is one label.
     let route = req
         .extensions()
         .get::<MatchedPath>()
@@ -139,12 +185,12 @@ async fn track(State(state): State<AppState>, req: Request, next: Next) -> Respo
     state
         .metrics
         .requests
-        .with_label_values(&[&method, &route, status.as_str()])
+        .with_label_values(&[method, &route, status.as_str()])
         .inc();
     state
         .metrics
         .latency
-        .with_label_values(&[&method, &route])
+        .with_label_values(&[method, &route])
         .observe(started.elapsed().as_secs_f64());
     response
 }

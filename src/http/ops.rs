@@ -1,12 +1,14 @@
-//! Unauthenticated operational endpoints: liveness, readiness, metrics, the API description.
+//! Operational endpoints: liveness, readiness, metrics (per-dataset series for the admin token
+//! only), the API description.
 
-use axum::extract::State;
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use super::auth::Caller;
 use super::error::ApiError;
 use super::AppState;
 
@@ -32,8 +34,22 @@ async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> 
     ))
 }
 
-async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse, ApiError> {
-    let ledger = state.store.ledger_summaries().await?;
+/// Aggregate series for anyone; the per-dataset ledger series (which name every dataset) only
+/// for the admin token. A request with any other credentials is refused rather than quietly
+/// given less, so a misconfigured scraper is noticed.
+async fn metrics(
+    State(state): State<AppState>,
+    request: Request,
+) -> Result<impl IntoResponse, ApiError> {
+    let (mut parts, _) = request.into_parts();
+    let ledger = if parts.headers.contains_key(header::AUTHORIZATION) {
+        Caller::from_request_parts(&mut parts, &state)
+            .await?
+            .require_admin()?;
+        state.store.ledger_summaries().await?
+    } else {
+        Vec::new()
+    };
     Ok((
         [(
             header::CONTENT_TYPE,

@@ -22,7 +22,8 @@ use uuid::Uuid;
 use super::auth::Caller;
 use super::datasets::param_error;
 use super::error::ApiError;
-use super::extract::{parse_json, ApiJson, ApiPath, ApiQuery};
+use super::extract::{parse_json_bounded, ApiJson, ApiPath, ApiQuery};
+use super::limits::CommitGate;
 use super::views::{budget_json, BudgetView, CostView, ReleaseView};
 use super::AppState;
 use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, Label, NewRelease, Output};
@@ -74,14 +75,21 @@ impl TryFrom<String> for Kind {
             "gaussian" => Kind::Gaussian,
             "laplace" => Kind::Laplace,
             "exponential" => Kind::Exponential,
-            _ => return Err(format!("unknown mechanism `{name}`, expected one of dirichlet, posterior, diffuse, explicit, gaussian, laplace, exponential")),
+            // Never quote `name`: problem documents echo nothing that was sent.
+            _ => {
+                return Err(
+                    "expected one of dirichlet, posterior, diffuse, explicit, gaussian, laplace, exponential"
+                        .into(),
+                )
+            }
         })
     }
 }
 
-/// A number or an array of numbers.
+/// A number or an array of numbers (bounded while parsed: `extract::ScalarOrCells`).
 #[derive(Deserialize, Serialize, Clone, Debug)]
 #[serde(untagged)]
+#[serde(from = "super::extract::ScalarOrCells")]
 pub enum AlphaRequest {
     Scalar(f64),
     PerCell(Vec<f64>),
@@ -90,7 +98,16 @@ pub enum AlphaRequest {
 /// Raw counts as they arrive. No `Debug`: they must never reach a log.
 #[derive(Deserialize, Serialize, Clone)]
 #[serde(transparent)]
-pub struct RawCounts(Vec<f64>);
+pub struct RawCounts(#[serde(deserialize_with = "super::extract::cells")] Vec<f64>);
+
+impl From<super::extract::ScalarOrCells> for AlphaRequest {
+    fn from(value: super::extract::ScalarOrCells) -> Self {
+        match value {
+            super::extract::ScalarOrCells::Scalar(a) => AlphaRequest::Scalar(a),
+            super::extract::ScalarOrCells::Cells(v) => AlphaRequest::PerCell(v),
+        }
+    }
+}
 
 /// A raw table (rows of counts) as it arrives. No `Debug`, like [`RawCounts`].
 #[derive(Deserialize, Serialize, Clone)]
@@ -690,7 +707,7 @@ pub fn plan_release(
     dataset: &Dataset,
     max_dimension: usize,
 ) -> Result<Planned, ApiError> {
-    let req: ReleaseRequest = parse_json(body)?;
+    let req: ReleaseRequest = parse_json_bounded(body, max_dimension)?;
     plan_request(&req, dataset, max_dimension, DEFAULT_MAX_EXPONENTIAL_N)
 }
 
@@ -894,11 +911,18 @@ async fn preview(
     ))
 }
 
-/// `Idempotency-Key`: 1 to 255 visible ASCII characters.
+/// `Idempotency-Key`: 1 to 255 visible ASCII characters, at most once.
 fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(value) = values.next() else {
         return Ok(None);
     };
+    if values.next().is_some() {
+        return Err(ApiError::invalid_field(
+            "Idempotency-Key",
+            "Idempotency-Key must be sent at most once",
+        ));
+    }
     let key = value
         .to_str()
         .ok()
@@ -975,6 +999,7 @@ async fn create(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
+    gate: CommitGate,
     headers: HeaderMap,
     ApiJson(req): ApiJson<ReleaseRequest>,
 ) -> Result<Response, ApiError> {
@@ -1048,6 +1073,11 @@ async fn create(
             if let (Some(Value::Object(drawn)), Value::Object(record)) = (drawn, &mut record) {
                 record.extend(drawn);
             }
+            // The request timeout answered while this was drawing: the client was told 503
+            // (not charged), so nothing may be charged.
+            if !gate.begin_commit() {
+                return Err(ApiError::Timeout);
+            }
             let new = NewRelease {
                 id: Uuid::now_v7(),
                 dataset_id: id,
@@ -1095,6 +1125,11 @@ async fn create(
             replay(&state, &dataset, release, fingerprint, presented).await
         }
         CommitOutcome::DatasetNotFound => Err(ApiError::not_found("dataset")),
+        CommitOutcome::OutputQuotaExceeded { quota } => {
+            let e = ApiError::OutputQuotaExceeded { quota };
+            state.metrics.refusal(&e);
+            Err(e)
+        }
     }
 }
 
@@ -1117,6 +1152,28 @@ struct ListQuery {
 }
 
 const DEFAULT_PAGE: u32 = 100;
+
+/// An upper bound on the JSON of one release of `cells` cells: 25 bytes per number (the longest
+/// f64 in shortest form, `-2.2250738585072014e-308`, and a comma) and 2 KiB for the rest.
+fn listed_bytes(cells: i64) -> usize {
+    usize::try_from(cells)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(25)
+        .saturating_add(2048)
+}
+
+/// How many of the releases of `sizes` (newest first) fit in `max_bytes`; at least one when there
+/// is one, so that any release can be listed.
+fn page_fits(sizes: &[(i64, i64)], max_bytes: usize) -> usize {
+    let mut total = 0usize;
+    for (n, (_, cells)) in sizes.iter().enumerate() {
+        total = total.saturating_add(listed_bytes(*cells));
+        if total > max_bytes {
+            return n.max(1);
+        }
+    }
+    sizes.len()
+}
 
 async fn list(
     State(state): State<AppState>,
@@ -1146,8 +1203,23 @@ async fn list(
         .get_dataset(id)
         .await?
         .ok_or_else(|| ApiError::not_found("dataset"))?;
-    let releases = state.store.list_releases(id, query.before, limit).await?;
+    // Sizes first: the page stops before the release that would take it past max_page_bytes
+    // (one release always fits), so neither the outputs read nor the answer exceed that bound.
+    let sizes = state.store.release_sizes(id, query.before, limit).await?;
+    let fits = page_fits(&sizes, state.settings.max_page_bytes);
+    // Pinned below the newest release measured, so one committed meanwhile cannot slip in.
+    let before = query.before.or(sizes.first().map(|(seq, _)| seq + 1));
+    let releases = state
+        .store
+        .list_releases(id, before, fits.max(1) as u32)
+        .await?;
+    let releases = if sizes.is_empty() {
+        Vec::new()
+    } else {
+        releases
+    };
     let next_before = match releases.last() {
+        Some(last) if fits < sizes.len() => Some(last.seq),
         Some(last) if releases.len() == limit as usize && last.seq > 1 => Some(last.seq),
         _ => None,
     };

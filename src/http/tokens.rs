@@ -9,9 +9,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::auth::{generate_analyst_token, Caller};
+use super::auth::generate_analyst_token;
 use super::error::ApiError;
-use super::extract::ApiJson;
+use super::extract::{Admin, ApiJson};
 use super::AppState;
 use crate::ledger::{Role, TokenRecord};
 
@@ -27,10 +27,9 @@ struct CreateToken {
 
 async fn create(
     State(state): State<AppState>,
-    caller: Caller,
+    Admin(_caller): Admin,
     ApiJson(req): ApiJson<CreateToken>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    caller.require_admin()?;
     if req.datasets.is_empty() {
         return Err(ApiError::invalid_field(
             "datasets",

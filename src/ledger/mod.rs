@@ -265,6 +265,9 @@ pub enum CommitOutcome {
     },
     /// No such dataset; nothing was written.
     DatasetNotFound,
+    /// The dataset's stored outputs would pass the per-dataset quota of `quota` cells; nothing
+    /// was written.
+    OutputQuotaExceeded { quota: i64 },
 }
 
 /// Role of an API token.
@@ -363,6 +366,15 @@ pub trait LedgerStore: Send + Sync + 'static {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<Release>, StoreError>;
+
+    /// `(seq, stored cells)` of the releases [`LedgerStore::list_releases`] would return, without
+    /// their outputs: what a listing reads first to bound a page by size.
+    async fn release_sizes(
+        &self,
+        dataset_id: Uuid,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, i64)>, StoreError>;
 
     async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
     async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError>;

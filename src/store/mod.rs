@@ -20,6 +20,16 @@ pub struct StoreOptions {
     /// How long a request waits for a connection (or, on SQLite, for the write lock) before the
     /// store reports `Unavailable`: the service fails fast instead of hanging when the database is down.
     pub acquire_timeout: Duration,
+    /// Most output cells stored per dataset over all its releases; a release that would pass it
+    /// is refused (`CommitOutcome::OutputQuotaExceeded`) and charges nothing.
+    pub max_stored_cells: u64,
+}
+
+impl StoreOptions {
+    /// The quota as the databases compare it.
+    pub(crate) fn stored_cells_quota(&self) -> i64 {
+        i64::try_from(self.max_stored_cells).unwrap_or(i64::MAX)
+    }
 }
 
 impl Default for StoreOptions {
@@ -27,6 +37,7 @@ impl Default for StoreOptions {
         Self {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
+            max_stored_cells: u64::MAX,
         }
     }
 }

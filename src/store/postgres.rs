@@ -33,8 +33,9 @@ const RELEASE_COLUMNS: &str = "id, dataset_id, seq, created_at, created_by, \
 const COMMIT_RELEASE: &str = "\
 WITH charged AS (
     UPDATE datasets
-       SET spent_units = spent_units + $2, release_count = release_count + 1
-     WHERE id = $1 AND spent_units + $2 <= total_units
+       SET spent_units = spent_units + $2, release_count = release_count + 1,
+           stored_cells = stored_cells + $7
+     WHERE id = $1 AND spent_units + $2 <= total_units AND stored_cells + $7 <= $12
  RETURNING id, budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta
 ), recorded AS (
     INSERT INTO releases (id, dataset_id, seq, created_by, mechanism, cost_units, distribution,
@@ -49,6 +50,8 @@ SELECT charged.budget_order, charged.total_units, charged.spent_units, charged.r
 
 pub struct PgStore {
     pool: sqlx::PgPool,
+    /// The per-dataset output quota, in cells.
+    max_stored_cells: i64,
 }
 
 impl PgStore {
@@ -88,7 +91,10 @@ impl PgStore {
                 })
             })
             .connect_lazy_with(base.options(server_timeouts(options.acquire_timeout)));
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            max_stored_cells: options.stored_cells_quota(),
+        })
     }
 
     pub fn pool(&self) -> &sqlx::PgPool {
@@ -141,12 +147,18 @@ impl PgStore {
                 });
             }
         }
-        Ok(match self.fetch_dataset(CONTEXT, new.dataset_id).await? {
-            None => CommitOutcome::DatasetNotFound,
-            Some(dataset) => CommitOutcome::Exhausted {
-                budget: dataset.budget(),
-            },
-        })
+        let Some(dataset) = self.fetch_dataset(CONTEXT, new.dataset_id).await? else {
+            return Ok(CommitOutcome::DatasetNotFound);
+        };
+        let budget = dataset.budget();
+        if budget.admits(new.cost) {
+            // `spent` only grows, so the budget admitted the release at the statement too: the
+            // output quota refused it.
+            return Ok(CommitOutcome::OutputQuotaExceeded {
+                quota: self.max_stored_cells,
+            });
+        }
+        Ok(CommitOutcome::Exhausted { budget })
     }
 }
 
@@ -254,6 +266,7 @@ impl LedgerStore for PgStore {
             .bind(new.idempotency.as_ref().map(|i| &i.fingerprint[..]))
             .bind(table_rows)
             .bind(new.label.as_ref().map(Label::as_str))
+            .bind(self.max_stored_cells)
             .fetch_optional(&self.pool)
             .await;
         match result {
@@ -322,6 +335,25 @@ impl LedgerStore for PgStore {
             .into_iter()
             .map(ReleaseColumns::into_release)
             .collect()
+    }
+
+    async fn release_sizes(
+        &self,
+        dataset_id: Uuid,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT seq, dimension FROM releases \
+             WHERE dataset_id = $1 AND seq < COALESCE($2, 9223372036854775807) \
+             ORDER BY seq DESC LIMIT $3",
+        )
+        .bind(dataset_id)
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error("release_sizes", e))
     }
 
     async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError> {

@@ -25,12 +25,15 @@ const RELEASE_COLUMNS: &str =
 
 pub struct SqliteStore {
     pool: sqlx::SqlitePool,
+    /// The per-dataset output quota, in cells.
+    max_stored_cells: i64,
 }
 
 impl SqliteStore {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
-        let connect = SqliteConnectOptions::from_str(url)
-            .map_err(|e| store_error("connect", e))?
+        let connect = SqliteConnectOptions::from_str(url).map_err(|e| store_error("connect", e))?;
+        create_private(connect.get_filename())?;
+        let connect = connect
             .create_if_missing(true)
             // Readers do not block the writer and the writer does not block readers.
             .journal_mode(SqliteJournalMode::Wal)
@@ -47,11 +50,36 @@ impl SqliteStore {
             .run(&pool)
             .await
             .map_err(|e| store_error("connect", e.into()))?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            max_stored_cells: options.stored_cells_quota(),
+        })
     }
 
     pub fn pool(&self) -> &sqlx::SqlitePool {
         &self.pool
+    }
+}
+
+/// Creates a missing database file readable by its owner only. SQLite gives the WAL and shared
+/// memory files the database file's permissions, so all three hold token digests (and, without
+/// `DIRICHLET_FINGERPRINT_KEY`, the HMAC key) away from other local users. An existing file
+/// keeps the permissions it has.
+fn create_private(path: &std::path::Path) -> Result<(), StoreError> {
+    if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
+        return Ok(());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::Unavailable(format!(
+            "connect: cannot create the database file: {}",
+            e.kind()
+        ))),
     }
 }
 
@@ -113,6 +141,7 @@ fn discard_on_error<T>(
 async fn commit_release_on(
     conn: &mut SqliteConnection,
     new: &NewRelease,
+    max_stored_cells: i64,
 ) -> Result<CommitOutcome, StoreError> {
     const CONTEXT: &str = "commit_release";
     let fail = |e| store_error(CONTEXT, e);
@@ -132,19 +161,29 @@ async fn commit_release_on(
         }
     }
 
+    let (distribution, dimension, table_rows) = output_columns(&new.output)?;
     let charged = sqlx::query_as::<_, BudgetColumns>(
-        "UPDATE datasets SET spent_units = spent_units + $2, release_count = release_count + 1 \
-         WHERE id = $1 AND spent_units + $2 <= total_units \
+        "UPDATE datasets SET spent_units = spent_units + $2, release_count = release_count + 1, \
+                             stored_cells = stored_cells + $3 \
+         WHERE id = $1 AND spent_units + $2 <= total_units AND stored_cells + $3 <= $4 \
          RETURNING budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta",
     )
     .bind(new.dataset_id.hyphenated())
     .bind(new.cost.raw())
+    .bind(dimension)
+    .bind(max_stored_cells)
     .fetch_optional(&mut *tx)
     .await
     .map_err(fail)?;
     let Some(charged) = charged else {
         let outcome = match fetch_dataset(&mut tx, CONTEXT, new.dataset_id).await? {
             None => CommitOutcome::DatasetNotFound,
+            // Under the write lock nothing changed since the UPDATE: the quota refused it.
+            Some(dataset) if dataset.budget().admits(new.cost) => {
+                CommitOutcome::OutputQuotaExceeded {
+                    quota: max_stored_cells,
+                }
+            }
             Some(dataset) => CommitOutcome::Exhausted {
                 budget: dataset.budget(),
             },
@@ -154,7 +193,6 @@ async fn commit_release_on(
     };
     let budget = BudgetState::try_from(charged)?;
 
-    let (distribution, dimension, table_rows) = output_columns(&new.output)?;
     let created_at = now();
     sqlx::query(
         "INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
@@ -289,7 +327,7 @@ impl LedgerStore for SqliteStore {
             .acquire()
             .await
             .map_err(|e| store_error("commit_release", e))?;
-        let result = commit_release_on(&mut conn, new).await;
+        let result = commit_release_on(&mut conn, new, self.max_stored_cells).await;
         discard_on_error(&mut conn, result)
     }
 
@@ -345,6 +383,25 @@ impl LedgerStore for SqliteStore {
             .into_iter()
             .map(ReleaseColumns::into_release)
             .collect()
+    }
+
+    async fn release_sizes(
+        &self,
+        dataset_id: Uuid,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, i64)>, StoreError> {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT seq, dimension FROM releases \
+             WHERE dataset_id = $1 AND seq < COALESCE($2, 9223372036854775807) \
+             ORDER BY seq DESC LIMIT $3",
+        )
+        .bind(dataset_id.hyphenated())
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error("release_sizes", e))
     }
 
     async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError> {

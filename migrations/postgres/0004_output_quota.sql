@@ -1,0 +1,6 @@
+-- Cells of output stored per dataset, kept by commit_release in the statement that stores a
+-- release, so that the per-dataset output quota (max_stored_cells) is one comparison there.
+ALTER TABLE datasets ADD COLUMN stored_cells BIGINT NOT NULL DEFAULT 0;
+UPDATE datasets SET stored_cells = COALESCE(
+    (SELECT SUM(dimension) FROM releases WHERE releases.dataset_id = datasets.id), 0);
+ALTER TABLE datasets ADD CONSTRAINT datasets_stored_cells_nonnegative CHECK (stored_cells >= 0);
