@@ -271,7 +271,7 @@ async fn token_lifecycle(backend: Backend) {
     assert!(item["revoked_at"].is_string(), "{item}");
 }
 
-common::on_both_backends!(
+on_both_backends!(
     tampering_is_found_at_the_tampered_row,
     concurrent_releases_keep_one_chain,
     token_lifecycle,
