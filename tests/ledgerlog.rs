@@ -25,7 +25,9 @@ async fn release(app: &TestApp, dataset: &str, token: &str) -> Value {
 }
 
 async fn audit(app: &TestApp, dataset: &str, token: &str) -> Value {
-    let response = app.get(&format!("/v1/datasets/{dataset}/audit"), token).await;
+    let response = app
+        .get(&format!("/v1/datasets/{dataset}/audit"), token)
+        .await;
     assert_eq!(response.status(), StatusCode::OK);
     response.json().await.unwrap()
 }
@@ -34,12 +36,16 @@ async fn audit(app: &TestApp, dataset: &str, token: &str) -> Value {
 async fn tamper(app: &TestApp, sql: &str) {
     match app.backend {
         Backend::Sqlite => {
-            let mut conn = sqlx::SqliteConnection::connect(&app.database_url).await.unwrap();
+            let mut conn = sqlx::SqliteConnection::connect(&app.database_url)
+                .await
+                .unwrap();
             conn.execute(sql).await.unwrap();
             conn.close().await.unwrap();
         }
         Backend::Postgres => {
-            let mut conn = sqlx::PgConnection::connect(&app.database_url).await.unwrap();
+            let mut conn = sqlx::PgConnection::connect(&app.database_url)
+                .await
+                .unwrap();
             conn.execute(sql).await.unwrap();
             conn.close().await.unwrap();
         }
@@ -89,7 +95,10 @@ async fn tampering_is_found_at_the_tampered_row(backend: Backend) {
         ),
     )
     .await;
-    assert_eq!(failure(&audit(&app, &id, ADMIN_TOKEN).await), (3, "altered".into()));
+    assert_eq!(
+        failure(&audit(&app, &id, ADMIN_TOKEN).await),
+        (3, "altered".into())
+    );
     tamper(&app, restore).await;
     assert_eq!(audit(&app, &id, ADMIN_TOKEN).await["ok"], true);
 
@@ -103,7 +112,10 @@ async fn tampering_is_found_at_the_tampered_row(backend: Backend) {
         ),
     )
     .await;
-    assert_eq!(failure(&audit(&app, &id, ADMIN_TOKEN).await), (2, "altered".into()));
+    assert_eq!(
+        failure(&audit(&app, &id, ADMIN_TOKEN).await),
+        (2, "altered".into())
+    );
     tamper(
         &app,
         &format!("{restore}; UPDATE datasets SET spent_units = spent_units + 1 WHERE id = '{id}'"),
@@ -112,9 +124,20 @@ async fn tampering_is_found_at_the_tampered_row(backend: Backend) {
     assert_eq!(audit(&app, &id, ADMIN_TOKEN).await["ok"], true);
 
     // The ledger's spent no longer the sum of the charges.
-    tamper(&app, &format!("UPDATE datasets SET spent_units = spent_units - 1 WHERE id = '{id}'")).await;
-    assert_eq!(failure(&audit(&app, &id, ADMIN_TOKEN).await), (5, "ledger_mismatch".into()));
-    tamper(&app, &format!("UPDATE datasets SET spent_units = spent_units + 1 WHERE id = '{id}'")).await;
+    tamper(
+        &app,
+        &format!("UPDATE datasets SET spent_units = spent_units - 1 WHERE id = '{id}'"),
+    )
+    .await;
+    assert_eq!(
+        failure(&audit(&app, &id, ADMIN_TOKEN).await),
+        (5, "ledger_mismatch".into())
+    );
+    tamper(
+        &app,
+        &format!("UPDATE datasets SET spent_units = spent_units + 1 WHERE id = '{id}'"),
+    )
+    .await;
 
     // A deleted row, in the middle and at the end.
     tamper(&app, &format!("DELETE FROM releases WHERE {}", row(4))).await;
@@ -125,13 +148,21 @@ async fn tampering_is_found_at_the_tampered_row(backend: Backend) {
     release(&app, &other, ADMIN_TOKEN).await;
     release(&app, &other, ADMIN_TOKEN).await;
     assert_eq!(audit(&app, &other, ADMIN_TOKEN).await["ok"], true);
-    tamper(&app, &format!("DELETE FROM releases WHERE dataset_id = '{other}' AND seq = 2")).await;
-    assert_eq!(failure(&audit(&app, &other, ADMIN_TOKEN).await), (2, "missing".into()));
+    tamper(
+        &app,
+        &format!("DELETE FROM releases WHERE dataset_id = '{other}' AND seq = 2"),
+    )
+    .await;
+    assert_eq!(
+        failure(&audit(&app, &other, ADMIN_TOKEN).await),
+        (2, "missing".into())
+    );
 
     // Scope: the dataset's analysts and the admin only.
     let outsider = app.analyst_token(&[&other]).await;
     assert_problem(
-        app.get(&format!("/v1/datasets/{id}/audit"), &outsider).await,
+        app.get(&format!("/v1/datasets/{id}/audit"), &outsider)
+            .await,
         StatusCode::NOT_FOUND,
         "not-found",
     )
@@ -167,13 +198,20 @@ async fn token_lifecycle(backend: Backend) {
 
     let past = (chrono::Utc::now() - chrono::TimeDelta::seconds(1)).to_rfc3339();
     let body = assert_problem(
-        app.post("/v1/tokens", ADMIN_TOKEN, &json!({"datasets": [id], "expires_at": past}))
-            .await,
+        app.post(
+            "/v1/tokens",
+            ADMIN_TOKEN,
+            &json!({"datasets": [id], "expires_at": past}),
+        )
+        .await,
         StatusCode::UNPROCESSABLE_ENTITY,
         "invalid-request",
     )
     .await;
-    assert!(body["detail"].as_str().unwrap().contains("expires_at"), "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("expires_at"),
+        "{body}"
+    );
 
     // Expiry: usable until expires_at, 401 from then on (also while cached).
     let soon = chrono::Utc::now() + chrono::TimeDelta::milliseconds(1500);
@@ -189,13 +227,20 @@ async fn token_lifecycle(backend: Backend) {
     let expiring = created["token"].as_str().unwrap().to_string();
     let expiring_id = created["id"].as_str().unwrap().to_string();
     assert_eq!(
-        created["expires_at"].as_str().map(|s| s.parse::<chrono::DateTime<chrono::Utc>>().unwrap()),
+        created["expires_at"]
+            .as_str()
+            .map(|s| s.parse::<chrono::DateTime<chrono::Utc>>().unwrap()),
         Some(soon)
     );
     let budget = format!("/v1/datasets/{id}/budget");
     assert_eq!(app.get(&budget, &expiring).await.status(), StatusCode::OK);
     tokio::time::sleep((soon - chrono::Utc::now()).to_std().unwrap_or_default()).await;
-    assert_problem(app.get(&budget, &expiring).await, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    assert_problem(
+        app.get(&budget, &expiring).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
 
     // Listing: admin only, never the secret or its digest.
     let token = app.analyst_token(&[&id]).await;
@@ -203,14 +248,22 @@ async fn token_lifecycle(backend: Backend) {
     let secret = token.splitn(3, '_').nth(2).unwrap().to_string();
     let started = chrono::Utc::now();
     assert_eq!(app.get(&budget, &token).await.status(), StatusCode::OK);
-    assert_problem(app.get("/v1/tokens", &token).await, StatusCode::FORBIDDEN, "forbidden").await;
+    assert_problem(
+        app.get("/v1/tokens", &token).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
     // last_used_at is written off the request path: poll briefly.
     let deadline = Instant::now() + Duration::from_secs(5);
     let listed = loop {
         let response = app.get("/v1/tokens", ADMIN_TOKEN).await;
         assert_eq!(response.status(), StatusCode::OK);
         let text = response.text().await.unwrap();
-        assert!(!text.contains(&secret) && !text.contains("secret"), "{text}");
+        assert!(
+            !text.contains(&secret) && !text.contains("secret"),
+            "{text}"
+        );
         let listed: Value = serde_json::from_str(&text).unwrap();
         let item = listed["items"]
             .as_array()
@@ -227,18 +280,38 @@ async fn token_lifecycle(backend: Backend) {
     let items = listed["items"].as_array().unwrap();
     assert_eq!(items.len(), 2);
     let item = items.iter().find(|t| t["id"] == token_id.as_str()).unwrap();
-    let mut keys: Vec<&str> = item.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut keys: Vec<&str> = item
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     keys.sort();
     assert_eq!(
         keys,
-        ["created_at", "datasets", "expires_at", "id", "last_used_at", "revoked_at", "role"]
+        [
+            "created_at",
+            "datasets",
+            "expires_at",
+            "id",
+            "last_used_at",
+            "revoked_at",
+            "role"
+        ]
     );
     assert_eq!(item["role"], "analyst");
     assert_eq!(item["datasets"], json!([id]));
-    let used: chrono::DateTime<chrono::Utc> = item["last_used_at"].as_str().unwrap().parse().unwrap();
-    assert!(used >= started - chrono::TimeDelta::milliseconds(1), "{item}");
+    let used: chrono::DateTime<chrono::Utc> =
+        item["last_used_at"].as_str().unwrap().parse().unwrap();
+    assert!(
+        used >= started - chrono::TimeDelta::milliseconds(1),
+        "{item}"
+    );
     assert!(item["revoked_at"].is_null() && item["expires_at"].is_null());
-    let other = items.iter().find(|t| t["id"] == expiring_id.as_str()).unwrap();
+    let other = items
+        .iter()
+        .find(|t| t["id"] == expiring_id.as_str())
+        .unwrap();
     assert!(other["expires_at"].is_string());
 
     // Revocation: admin only, effective at once on this server, unknown ids are 404.
@@ -248,19 +321,37 @@ async fn token_lifecycle(backend: Backend) {
         let url = app.url(&path);
         async move { client.delete(url).bearer_auth(bearer).send().await.unwrap() }
     };
-    assert_problem(delete(path.clone(), token.clone()).await, StatusCode::FORBIDDEN, "forbidden").await;
+    assert_problem(
+        delete(path.clone(), token.clone()).await,
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    )
+    .await;
     assert_eq!(app.get(&budget, &token).await.status(), StatusCode::OK);
     let response = delete(path.clone(), ADMIN_TOKEN.into()).await;
     assert_eq!(response.status(), StatusCode::NO_CONTENT);
-    assert_problem(app.get(&budget, &token).await, StatusCode::UNAUTHORIZED, "unauthorized").await;
-    assert_eq!(delete(path.clone(), ADMIN_TOKEN.into()).await.status(), StatusCode::NO_CONTENT);
+    assert_problem(
+        app.get(&budget, &token).await,
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    )
+    .await;
+    assert_eq!(
+        delete(path.clone(), ADMIN_TOKEN.into()).await.status(),
+        StatusCode::NO_CONTENT
+    );
     assert_problem(
         delete("/v1/tokens/0123456789abcdef".into(), ADMIN_TOKEN.into()).await,
         StatusCode::NOT_FOUND,
         "not-found",
     )
     .await;
-    let listed: Value = app.get("/v1/tokens", ADMIN_TOKEN).await.json().await.unwrap();
+    let listed: Value = app
+        .get("/v1/tokens", ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .unwrap();
     let item = listed["items"]
         .as_array()
         .unwrap()
@@ -286,7 +377,10 @@ async fn revocation_reaches_another_replica_within_a_second_postgres() {
     let b = Replica::start("b", &database_url, &[], logs.path(), "info");
     let client = reqwest::Client::new();
     let post = |address: String, path: &str, body: Value| {
-        let request = client.post(format!("{address}{path}")).bearer_auth(ADMIN_TOKEN).json(&body);
+        let request = client
+            .post(format!("{address}{path}"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&body);
         async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
     };
     let dataset = post(
@@ -301,14 +395,26 @@ async fn revocation_reaches_another_replica_within_a_second_postgres() {
     let created = post(a.address(), "/v1/tokens", json!({"datasets": [dataset]})).await;
     let token = created["token"].as_str().unwrap().to_string();
     let budget = format!("{}/v1/datasets/{dataset}/budget", b.address());
-    let on_b = || async { client.get(&budget).bearer_auth(&token).send().await.unwrap().status() };
+    let on_b = || async {
+        client
+            .get(&budget)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
 
     for _ in 0..3 {
         let status = on_b().await;
         assert_eq!(status, StatusCode::OK, "B serves the token (and caches it)");
     }
     let response = client
-        .delete(format!("{}/v1/tokens/{}", a.address(), created["id"].as_str().unwrap()))
+        .delete(format!(
+            "{}/v1/tokens/{}",
+            a.address(),
+            created["id"].as_str().unwrap()
+        ))
         .bearer_auth(ADMIN_TOKEN)
         .send()
         .await
@@ -327,7 +433,10 @@ async fn revocation_reaches_another_replica_within_a_second_postgres() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     if let Some(sent) = last_ok {
-        assert!(sent < Duration::from_secs(1), "B admitted a request sent {sent:?} after revocation");
+        assert!(
+            sent < Duration::from_secs(1),
+            "B admitted a request sent {sent:?} after revocation"
+        );
     }
     println!("revocation window on the other replica: last 200 sent {last_ok:?} after the 204");
     drop((a, b));

@@ -1584,14 +1584,20 @@ async fn every_response_matches_the_description(backend: Backend) {
     let dp_audit = format!("/v1/datasets/{dp}/audit");
     let audited = api.call("getAudit", &dp_audit).expect(200).await;
     assert_eq!(audited.body["ok"], true, "{}", audited.body);
-    api.call("getAudit", &dp_audit).token(&analyst).expect(200).await;
+    api.call("getAudit", &dp_audit)
+        .token(&analyst)
+        .expect(200)
+        .await;
     api.call("getAudit", &format!("/v1/datasets/{big}/audit"))
         .token(&analyst)
         .problem(404, "not-found")
         .await;
-    api.call("getAudit", &format!("/v1/datasets/{}/audit", uuid::Uuid::new_v4()))
-        .problem(404, "not-found")
-        .await;
+    api.call(
+        "getAudit",
+        &format!("/v1/datasets/{}/audit", uuid::Uuid::new_v4()),
+    )
+    .problem(404, "not-found")
+    .await;
 
     // ---------------------------------------------------------------- 401 on every secured operation
     let dataset_body = json!({"name": "x", "budget": {"order": 2, "epsilon": 1}});

@@ -725,7 +725,12 @@ async fn token_lifecycle(f: Fixture) {
         .await
         .unwrap();
     assert_eq!(
-        store.find_token("tok_first").await.unwrap().unwrap().last_used_at,
+        store
+            .find_token("tok_first")
+            .await
+            .unwrap()
+            .unwrap()
+            .last_used_at,
         Some(used)
     );
     assert!(store
@@ -741,7 +746,11 @@ async fn token_lifecycle(f: Fixture) {
 
 /// Walks the whole log with `page`-sized pages, as the audit route does.
 async fn verify_log(store: &dyn LedgerStore, id: Uuid, page: u32) -> audit::Verdict {
-    let head = store.log_head(id).await.unwrap().expect("the dataset exists");
+    let head = store
+        .log_head(id)
+        .await
+        .unwrap()
+        .expect("the dataset exists");
     let upto = head.seq;
     let mut verifier = audit::Verifier::new(head);
     while !verifier.failed() && verifier.after_seq() < upto {
@@ -762,8 +771,14 @@ async fn verify_log(store: &dyn LedgerStore, id: Uuid, page: u32) -> audit::Verd
 
 async fn release_log_chains(f: Fixture) {
     let store = &*f.store;
-    let d = store.create_dataset(&new_dataset("log", 8.0)).await.unwrap();
-    let other = store.create_dataset(&new_dataset("other", 8.0)).await.unwrap();
+    let d = store
+        .create_dataset(&new_dataset("log", 8.0))
+        .await
+        .unwrap();
+    let other = store
+        .create_dataset(&new_dataset("other", 8.0))
+        .await
+        .unwrap();
     let empty = store.log_head(d.id).await.unwrap().unwrap();
     assert_eq!(
         empty,

@@ -49,9 +49,9 @@ async fn audit(
         }
     }
     let verdict = verifier.finish();
-    let failure = verdict.failure.map(|f| {
-        json!({ "seq": f.seq, "reason": f.reason, "detail": f.detail })
-    });
+    let failure = verdict
+        .failure
+        .map(|f| json!({ "seq": f.seq, "reason": f.reason, "detail": f.detail }));
     Ok(Json(json!({
         "dataset_id": id,
         "head": { "seq": verdict.head.seq, "hash": hex::encode(verdict.head.hash) },

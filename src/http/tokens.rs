@@ -113,10 +113,7 @@ async fn create(
     ))
 }
 
-async fn list(
-    State(state): State<AppState>,
-    caller: Caller,
-) -> Result<Json<Value>, ApiError> {
+async fn list(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
     caller.require_admin()?;
     let items: Vec<TokenView> = state
         .store

@@ -364,16 +364,22 @@ mod tests {
         manual.extend_from_slice(b"admin");
         manual.extend_from_slice(&Sha256::digest(br#"{"kind":"dirichlet","r":2.5}"#));
         manual.extend_from_slice(&Sha256::digest(b"[0.25,0.75]"));
-        assert_eq!(link_hash(&f, &GENESIS), <[u8; 32]>::from(Sha256::digest(&manual)));
+        assert_eq!(
+            link_hash(&f, &GENESIS),
+            <[u8; 32]>::from(Sha256::digest(&manual))
+        );
     }
 
     #[test]
     fn canonical_json_ignores_key_order_and_number_spelling() {
         let a: Value = serde_json::from_str(r#"{"b": 1e17, "a": [2, 0.5]}"#).unwrap();
-        let b: Value = serde_json::from_str(r#"{"a": [2.0, 5e-1], "b": 100000000000000000}"#)
-            .unwrap();
+        let b: Value =
+            serde_json::from_str(r#"{"a": [2.0, 5e-1], "b": 100000000000000000}"#).unwrap();
         assert_eq!(json_digest(&a), json_digest(&b));
-        assert_ne!(json_digest(&a), json_digest(&json!({"a": [2, 0.5], "b": 1e16})));
+        assert_ne!(
+            json_digest(&a),
+            json_digest(&json!({"a": [2, 0.5], "b": 1e16}))
+        );
     }
 
     #[test]

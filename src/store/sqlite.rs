@@ -6,11 +6,11 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
-use sqlx::pool::PoolConnection;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use futures_util::TryStreamExt;
 use sha2::{Digest, Sha256};
+use sqlx::pool::PoolConnection;
 use sqlx::sqlite::SqliteRow;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Connection, FromRow, Row, Sqlite, SqliteConnection};
 use uuid::fmt::Hyphenated;
 use uuid::Uuid;
@@ -41,9 +41,8 @@ fn token_record(row: &SqliteRow) -> Result<TokenRecord, StoreError> {
         )?,
         role: Role::parse(&role)
             .ok_or_else(|| StoreError::Corrupt("tokens.role is not a known role".into()))?,
-        datasets: serde_json::from_str(&datasets).map_err(|_| {
-            StoreError::Corrupt("token_datasets.dataset_id is not a UUID".into())
-        })?,
+        datasets: serde_json::from_str(&datasets)
+            .map_err(|_| StoreError::Corrupt("token_datasets.dataset_id is not a UUID".into()))?,
         created_at: row.try_get("created_at").map_err(get)?,
         expires_at: row.try_get("expires_at").map_err(get)?,
         last_used_at: row.try_get("last_used_at").map_err(get)?,
@@ -251,9 +250,9 @@ async fn create_token_on(
     .bind(token.role.as_str())
     .bind(token.created_at.trunc_subsecs(6))
     .bind(token.expires_at.map(|at| at.trunc_subsecs(6)))
-        .execute(&mut *tx)
-        .await
-        .map_err(fail)?;
+    .execute(&mut *tx)
+    .await
+    .map_err(fail)?;
     for dataset_id in &token.datasets {
         sqlx::query("INSERT OR IGNORE INTO token_datasets (token_id, dataset_id) VALUES ($1, $2)")
             .bind(&token.id)
