@@ -933,7 +933,8 @@ async fn routes_match_the_description(backend: Backend) {
         format!("/v1/datasets/{id}/releases/preview/{release}"),
         format!("/v1/datasets/{id}/tokens"),
         "/v1/tokens/".into(),
-        format!("/v1/tokens/{id}"),
+        format!("/v1/tokens/{id}/revoke"),
+        format!("/v1/datasets/{id}/audit/verify"),
         "/v1/releases".into(),
         "/healthz/".into(),
         "/openapi.json".into(),
@@ -1691,6 +1692,57 @@ async fn every_response_matches_the_description(backend: Backend) {
         .problem(403, "forbidden")
         .await;
 
+    // ---------------------------------------------------------------- token lifecycle and audit
+    let in_an_hour = (chrono::Utc::now() + chrono::TimeDelta::hours(1)).to_rfc3339();
+    let expiring = api
+        .call("createToken", "/v1/tokens")
+        .json(json!({"datasets": [dp], "expires_at": in_an_hour}))
+        .expect(201)
+        .await;
+    assert!(expiring.body["expires_at"].is_string(), "{}", expiring.body);
+    let a_second_ago = (chrono::Utc::now() - chrono::TimeDelta::seconds(1)).to_rfc3339();
+    api.call("createToken", "/v1/tokens")
+        .json(json!({"datasets": [dp], "expires_at": a_second_ago}))
+        .problem(422, "invalid-request")
+        .await;
+    api.call("createToken", "/v1/tokens")
+        .json(json!({"datasets": [dp], "expires_at": "tomorrow"}))
+        .refused_by_schema()
+        .problem(422, "invalid-request")
+        .await;
+    let tokens = api.call("listTokens", "/v1/tokens").expect(200).await;
+    assert!(tokens.body["items"].as_array().unwrap().len() >= 3);
+    api.call("listTokens", "/v1/tokens")
+        .token(&analyst)
+        .problem(403, "forbidden")
+        .await;
+    let doomed = format!("/v1/tokens/{}", expiring.id());
+    api.call("revokeToken", &doomed)
+        .token(&analyst)
+        .problem(403, "forbidden")
+        .await;
+    api.call("revokeToken", &doomed).expect(204).await;
+    api.call("revokeToken", "/v1/tokens/0123456789abcdef")
+        .problem(404, "not-found")
+        .await;
+    let dp_audit = format!("/v1/datasets/{dp}/audit");
+    let audited = api.call("getAudit", &dp_audit).expect(200).await;
+    assert_eq!(audited.body["ok"], true, "{}", audited.body);
+    api.call("getAudit", &dp_audit)
+        .token(&analyst)
+        .expect(200)
+        .await;
+    api.call("getAudit", &format!("/v1/datasets/{big}/audit"))
+        .token(&analyst)
+        .problem(404, "not-found")
+        .await;
+    api.call(
+        "getAudit",
+        &format!("/v1/datasets/{}/audit", uuid::Uuid::new_v4()),
+    )
+    .problem(404, "not-found")
+    .await;
+
     // ---------------------------------------------------------------- 401 on every secured operation
     let dataset_body = json!({"name": "x", "budget": {"order": 2, "epsilon": 1}});
     let secured: Vec<(&str, String, Option<Value>)> = vec![
@@ -1715,6 +1767,9 @@ async fn every_response_matches_the_description(backend: Backend) {
             "/v1/tokens".into(),
             Some(json!({"datasets": [dp]})),
         ),
+        ("listTokens", "/v1/tokens".into(), None),
+        ("revokeToken", format!("/v1/tokens/{analyst_id}"), None),
+        ("getAudit", format!("/v1/datasets/{dp}/audit"), None),
     ];
     let tampered = format!("{}x", &analyst[..analyst.len() - 1]);
     for (id, path, json) in &secured {

@@ -88,6 +88,8 @@ contract_tests! {
     secrets_first_writer_wins => secrets_first_writer_wins_sqlite, secrets_first_writer_wins_postgres;
     ledger_summaries => ledger_summaries_sqlite, ledger_summaries_postgres;
     errors_never_echo_values => errors_never_echo_values_sqlite, errors_never_echo_values_postgres;
+    token_lifecycle => token_lifecycle_sqlite, token_lifecycle_postgres;
+    release_log_chains => release_log_chains_sqlite, release_log_chains_postgres;
 }
 
 // ----- fixtures -----
@@ -702,6 +704,9 @@ async fn tokens_round_trip(f: Fixture) {
         role: Role::Analyst,
         datasets: vec![b.id, a.id, b.id],
         created_at,
+        expires_at: None,
+        last_used_at: None,
+        revoked_at: None,
     };
     store.create_token(&analyst).await.unwrap();
     let found = store.find_token("tok_analyst").await.unwrap().unwrap();
@@ -737,6 +742,175 @@ async fn tokens_round_trip(f: Fixture) {
         store.create_token(&analyst).await.is_err(),
         "token ids are unique"
     );
+}
+
+async fn token_lifecycle(f: Fixture) {
+    let store = &*f.store;
+    let a = store.create_dataset(&new_dataset("a", 1.0)).await.unwrap();
+    let created_at = Utc::now().trunc_subsecs(6);
+    let first = TokenRecord {
+        id: "tok_first".into(),
+        secret_hash: fingerprint("first"),
+        role: Role::Analyst,
+        datasets: vec![a.id],
+        created_at,
+        expires_at: Some(created_at + chrono::TimeDelta::hours(1)),
+        last_used_at: None,
+        revoked_at: None,
+    };
+    let second = TokenRecord {
+        id: "tok_second".into(),
+        expires_at: None,
+        created_at: created_at + chrono::TimeDelta::seconds(1),
+        ..first.clone()
+    };
+    store.create_token(&first).await.unwrap();
+    store.create_token(&second).await.unwrap();
+    assert_eq!(
+        store.find_token("tok_first").await.unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(
+        store.list_tokens().await.unwrap(),
+        vec![first.clone(), second.clone()]
+    );
+
+    let used = created_at + chrono::TimeDelta::seconds(5);
+    store.touch_token("tok_first", used).await.unwrap();
+    let touched = store.find_token("tok_first").await.unwrap().unwrap();
+    assert_eq!(touched.last_used_at, Some(used));
+
+    let revoked = created_at + chrono::TimeDelta::seconds(10);
+    assert!(store.revoke_token("tok_first", revoked).await.unwrap());
+    // A second revocation keeps the first time; an unknown id is reported.
+    assert!(store
+        .revoke_token("tok_first", revoked + chrono::TimeDelta::seconds(1))
+        .await
+        .unwrap());
+    assert!(!store.revoke_token("tok_nobody", revoked).await.unwrap());
+    let gone = store.find_token("tok_first").await.unwrap().unwrap();
+    assert_eq!(gone.revoked_at, Some(revoked));
+    assert!(!gone.usable_at(created_at));
+    // A revoked token's last use is not moved by a late write.
+    store
+        .touch_token("tok_first", revoked + chrono::TimeDelta::seconds(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .find_token("tok_first")
+            .await
+            .unwrap()
+            .unwrap()
+            .last_used_at,
+        Some(used)
+    );
+    assert!(store
+        .find_token("tok_second")
+        .await
+        .unwrap()
+        .unwrap()
+        .usable_at(created_at));
+    let listed = store.list_tokens().await.unwrap();
+    assert_eq!(listed[0].revoked_at, Some(revoked));
+    assert_eq!(listed[1].revoked_at, None);
+}
+
+/// Walks the whole log with `page`-sized pages, as the audit route does.
+async fn verify_log(store: &dyn LedgerStore, id: Uuid, page: u32) -> audit::Verdict {
+    let head = store
+        .log_head(id)
+        .await
+        .unwrap()
+        .expect("the dataset exists");
+    let upto = head.seq;
+    let mut verifier = audit::Verifier::new(head);
+    while !verifier.failed() && verifier.after_seq() < upto {
+        let entries = store
+            .log_entries(id, verifier.after_seq(), upto, page)
+            .await
+            .unwrap();
+        assert!(entries.len() <= page as usize);
+        if entries.is_empty() {
+            break;
+        }
+        for entry in &entries {
+            verifier.push(entry);
+        }
+    }
+    verifier.finish()
+}
+
+async fn release_log_chains(f: Fixture) {
+    let store = &*f.store;
+    let d = store
+        .create_dataset(&new_dataset("log", 8.0))
+        .await
+        .unwrap();
+    let other = store
+        .create_dataset(&new_dataset("other", 8.0))
+        .await
+        .unwrap();
+    let empty = store.log_head(d.id).await.unwrap().unwrap();
+    assert_eq!(
+        empty,
+        audit::LogHead {
+            seq: 0,
+            hash: audit::GENESIS,
+            chained_after: 0,
+            spent_units: 0
+        }
+    );
+    assert_eq!(store.log_head(Uuid::new_v4()).await.unwrap(), None);
+
+    // The mechanism has 1e-7 and non-ASCII text: PostgreSQL's jsonb rewrites both spellings.
+    let mut prev = audit::GENESIS;
+    let mut spent = 0;
+    for i in 0..5 {
+        let mut new = new_release(d.id, cost(0.25), None);
+        new.mechanism["r"] = json!(1e17 + f64::from(i) * 1e3);
+        let (release, _) = committed(commit(store, &new).await);
+        committed(commit(store, &new_release(other.id, cost(0.5), None)).await);
+        let fields = audit::LinkFields {
+            dataset_id: d.id,
+            id: release.id,
+            seq: release.seq,
+            created_at: release.created_at,
+            cost_units: release.cost.raw(),
+            created_by: release.created_by.clone(),
+            mechanism_digest: audit::json_digest(&new.mechanism),
+            output_digest: audit::release_output_digest(&new.output, new.label.as_ref()),
+        };
+        prev = audit::link_hash(&fields, &prev);
+        spent += release.cost.raw();
+    }
+    // A refused release leaves the chain alone.
+    assert!(matches!(
+        commit(store, &new_release(d.id, cost(100.0), None)).await,
+        CommitOutcome::Exhausted { .. }
+    ));
+    let head = store.log_head(d.id).await.unwrap().unwrap();
+    assert_eq!(
+        head,
+        audit::LogHead {
+            seq: 5,
+            hash: prev,
+            chained_after: 0,
+            spent_units: spent
+        }
+    );
+    let entries = store.log_entries(d.id, 1, 4, 100).await.unwrap();
+    assert_eq!(
+        entries.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![2, 3, 4]
+    );
+    assert_eq!(store.log_entries(d.id, 0, 5, 2).await.unwrap().len(), 2);
+    for page in [1, 2, 1000] {
+        let verdict = verify_log(store, d.id, page).await;
+        assert_eq!(verdict.failure, None, "page {page}");
+        assert_eq!(verdict.checked, 5);
+    }
+    assert_eq!(verify_log(store, other.id, 3).await.failure, None);
 }
 
 async fn secrets_first_writer_wins(f: Fixture) {
@@ -834,6 +1008,9 @@ async fn errors_never_echo_values(f: Fixture) {
         role: Role::Analyst,
         datasets: vec![missing],
         created_at: Utc::now(),
+        expires_at: None,
+        last_used_at: None,
+        revoked_at: None,
     };
     let text = store
         .create_token(&token)

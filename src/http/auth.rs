@@ -4,11 +4,13 @@
 //! SHA-256 (not a password hash) is the right tool: there is nothing to brute-force.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use base64::Engine;
+use chrono::{DateTime, Utc};
 use rand::TryRng;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -16,7 +18,7 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use super::AppState;
-use crate::ledger::Role;
+use crate::ledger::{Role, TokenRecord};
 
 pub const ANALYST_PREFIX: &str = "dra_";
 
@@ -94,6 +96,27 @@ pub fn generate_analyst_token() -> (String, String, [u8; 32]) {
     (id.clone(), format!("{ANALYST_PREFIX}{id}_{secret}"), digest)
 }
 
+/// How stale a token's `last_used_at` may get: sign-ins are written at most this often per token
+/// and replica, and only when the database read of a cache miss shows an older time.
+pub const LAST_USED_INTERVAL: chrono::TimeDelta = chrono::TimeDelta::seconds(60);
+
+/// Record a sign-in without making the request wait for (or fail on) the write.
+fn record_use(state: &AppState, record: &TokenRecord, now: DateTime<Utc>) {
+    if record
+        .last_used_at
+        .is_some_and(|at| now - at < LAST_USED_INTERVAL)
+    {
+        return;
+    }
+    let store = state.store.clone();
+    let id = record.id.clone();
+    tokio::spawn(async move {
+        if let Err(error) = store.touch_token(&id, now).await {
+            tracing::warn!(token = %id, %error, "could not record the token's last use");
+        }
+    });
+}
+
 fn bearer(parts: &Parts) -> Option<&str> {
     let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
@@ -116,25 +139,29 @@ impl FromRequestParts<AppState> for Caller {
             if id.is_empty() || id.len() > 64 {
                 return Err(ApiError::Unauthorized);
             }
-            let (record, cached) = match state.caches.token(id) {
-                Some(record) => (record, true),
-                None => (
-                    Arc::new(
-                        state
-                            .store
-                            .find_token(id)
-                            .await?
-                            .ok_or(ApiError::Unauthorized)?,
-                    ),
-                    false,
-                ),
+            let (record, read_at) = match state.caches.token(id) {
+                Some(record) => (record, None),
+                None => {
+                    let read_at = Instant::now();
+                    let record = state
+                        .store
+                        .find_token(id)
+                        .await?
+                        .ok_or(ApiError::Unauthorized)?;
+                    (Arc::new(record), Some(read_at))
+                }
             };
             let presented = sha256(secret.as_bytes());
             if !bool::from(presented.ct_eq(&record.secret_hash)) {
                 return Err(ApiError::Unauthorized);
             }
-            if !cached {
-                state.caches.verified_token(record.clone());
+            let now = Utc::now();
+            if !record.usable_at(now) {
+                return Err(ApiError::Unauthorized);
+            }
+            if let Some(read_at) = read_at {
+                state.caches.verified_token(record.clone(), read_at);
+                record_use(state, &record, now);
             }
             return match record.role {
                 Role::Analyst => Ok(Caller::Analyst {

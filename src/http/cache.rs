@@ -1,10 +1,15 @@
 //! In-process caches that keep database round trips off the release path.
 //!
-//! - Analyst tokens: a token is never changed after creation and the service has no way to
-//!   revoke one, so a verified record can be reused. Entries still expire after [`TOKEN_TTL`],
-//!   so that a token removed from the database directly (or by a future revocation endpoint on
-//!   another replica) stops working within that time. Only records whose secret was verified
-//!   are cached; an unknown id always goes to the database.
+//! - Analyst tokens: a token's secret and scope never change, but it can be revoked (on any
+//!   replica) or removed from the database. An entry is trusted for [`TOKEN_TTL`] from the
+//!   moment *before* the database read that produced it, so no request is admitted by a record
+//!   read more than one second ago: a revocation committed at time t is seen by every replica
+//!   from t + 1 s on. The cost is at most one indexed primary-key read per token per second per
+//!   replica, off the release transaction (a revocation check on every request would be one
+//!   round trip per request; LISTEN/NOTIFY would leave the window open whenever a replica's
+//!   listener connection drops). Expiry is checked on every request against the cached
+//!   `expires_at`. Only records whose secret was verified are cached; an unknown id always goes
+//!   to the database.
 //! - Datasets: a dataset's order, total, sensitivity and (ε, δ) target never change, and a
 //!   dataset is never deleted. Only `spent` and `releases` move, and only upwards, so a cached
 //!   copy is a lower bound on them: a budget check against it that refuses would also refuse
@@ -20,7 +25,7 @@ use uuid::Uuid;
 
 use crate::ledger::{BudgetState, Dataset, TokenRecord};
 
-pub const TOKEN_TTL: Duration = Duration::from_secs(5);
+pub const TOKEN_TTL: Duration = Duration::from_secs(1);
 const MAX_ENTRIES: usize = 10_000;
 
 #[derive(Default)]
@@ -46,13 +51,16 @@ impl Caches {
             .map(|(record, _)| record.clone())
     }
 
-    /// Call only after the presented secret matched `record.secret_hash`.
-    pub fn verified_token(&self, record: Arc<TokenRecord>) {
-        insert(
-            &self.tokens,
-            record.id.clone(),
-            (record.clone(), Instant::now()),
-        );
+    /// Call only after the presented secret matched `record.secret_hash`; `read_at` is when the
+    /// database read that returned `record` started.
+    pub fn verified_token(&self, record: Arc<TokenRecord>, read_at: Instant) {
+        insert(&self.tokens, record.id.clone(), (record.clone(), read_at));
+    }
+
+    /// Drop a token (revoked on this replica) at once.
+    pub fn forget_token(&self, id: &str) {
+        let mut map = self.tokens.write().unwrap_or_else(|e| e.into_inner());
+        map.remove(id);
     }
 
     /// The dataset as last seen: exact immutable fields, a possibly stale (low) `spent`.
@@ -79,5 +87,38 @@ impl Caches {
                 *cached = Arc::new(updated);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Role;
+
+    fn record() -> Arc<TokenRecord> {
+        Arc::new(TokenRecord {
+            id: "00ff".into(),
+            secret_hash: [1; 32],
+            role: Role::Analyst,
+            datasets: vec![],
+            created_at: chrono::Utc::now(),
+            expires_at: None,
+            last_used_at: None,
+            revoked_at: None,
+        })
+    }
+
+    #[test]
+    fn a_token_entry_lives_one_second_from_its_read() {
+        let caches = Caches::default();
+        let now = Instant::now();
+        caches.verified_token(record(), now);
+        assert!(caches.token("00ff").is_some());
+        // Read before the TTL: refused even though it was inserted just now.
+        caches.verified_token(record(), now - TOKEN_TTL);
+        assert!(caches.token("00ff").is_none());
+        caches.verified_token(record(), now);
+        caches.forget_token("00ff");
+        assert!(caches.token("00ff").is_none());
     }
 }

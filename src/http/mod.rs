@@ -1,6 +1,7 @@
 //! HTTP layer: one `router()` per resource, merged here under the shared layers (tracing,
 //! metrics, timeout, header and body limits, panic catching) and one problem+json error type.
 
+pub mod audit;
 pub mod auth;
 pub mod cache;
 pub mod datasets;
@@ -71,6 +72,7 @@ pub fn router(state: AppState) -> Router {
         .merge(datasets::router())
         .merge(releases::router())
         .merge(tokens::router())
+        .merge(audit::router())
         .merge(ops::router())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })

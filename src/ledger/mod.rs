@@ -6,6 +6,7 @@
 //! transaction inside [`LedgerStore::commit_release`]; nothing else in the service may decide
 //! admission.
 
+pub mod audit;
 pub mod charge;
 
 use async_trait::async_trait;
@@ -302,6 +303,19 @@ pub struct TokenRecord {
     pub role: Role,
     pub datasets: Vec<Uuid>,
     pub created_at: DateTime<Utc>,
+    /// After this instant the token is refused (401).
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When the token last signed in, recorded at most about once a minute.
+    pub last_used_at: Option<DateTime<Utc>>,
+    /// Set by `DELETE /v1/tokens/{id}`; a revoked token is refused (401).
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl TokenRecord {
+    /// Whether the token may sign in at `now`.
+    pub fn usable_at(&self, now: DateTime<Utc>) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|at| now < at)
+    }
 }
 
 /// Per-dataset ledger figures for `/metrics`.
@@ -377,7 +391,26 @@ pub trait LedgerStore: Send + Sync + 'static {
     ) -> Result<Vec<(i64, i64)>, StoreError>;
 
     async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
+    /// The token, revoked or not (the caller checks [`TokenRecord::usable_at`]).
     async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError>;
+    /// Every token, revoked ones included, oldest first.
+    async fn list_tokens(&self) -> Result<Vec<TokenRecord>, StoreError>;
+    /// Mark the token revoked at `at` (an earlier revocation time stays). `false` if no such token.
+    async fn revoke_token(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError>;
+    /// Record a sign-in at `at` (the caller rate-limits these writes).
+    async fn touch_token(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError>;
+
+    /// The dataset's release-log head, read in one statement with its ledger figures.
+    async fn log_head(&self, dataset_id: Uuid) -> Result<Option<audit::LogHead>, StoreError>;
+    /// Releases with `after < seq <= upto`, oldest first, at most `limit`, each reduced to its
+    /// link fields as it is read (so a page holds digests, not outputs).
+    async fn log_entries(
+        &self,
+        dataset_id: Uuid,
+        after: i64,
+        upto: i64,
+        limit: u32,
+    ) -> Result<Vec<audit::LogEntry>, StoreError>;
 
     /// Store a server-wide secret unless one of that name exists (then do nothing).
     async fn insert_secret_if_absent(&self, name: &str, value: &[u8]) -> Result<(), StoreError>;

@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::ledger::audit::{self, LinkFields, LogEntry};
 use crate::ledger::{
     BudgetState, Dataset, DpTarget, Label, LedgerSummary, NewRelease, Output, Release, StoreError,
     Table, Units,
@@ -144,6 +145,45 @@ pub(crate) fn committed_release(new: &NewRelease, seq: i64, created_at: DateTime
         output: new.output.clone(),
         label: new.label.clone(),
         idempotency_key: new.idempotency.as_ref().map(|i| i.key.clone()),
+    }
+}
+
+/// The link bytes after created_at (src/ledger/audit.rs) of the release about to be committed.
+pub(crate) fn link_suffix(new: &NewRelease) -> Vec<u8> {
+    audit::link_suffix(
+        new.cost.raw(),
+        &new.created_by,
+        &audit::json_digest(&new.mechanism),
+        &audit::release_output_digest(&new.output, new.label.as_ref()),
+    )
+}
+
+/// A stored release reduced to what the log verifier needs: its output is digested here and
+/// dropped, so a page of entries is small whatever the releases' dimension.
+pub(crate) fn log_entry<Id: Into<Uuid>>(
+    columns: ReleaseColumns<Id>,
+    chain_hash: Option<Vec<u8>>,
+) -> LogEntry {
+    let seq = columns.seq;
+    let cost_units = columns.cost_units;
+    let fields = columns
+        .into_release()
+        .map(|release| LinkFields {
+            dataset_id: release.dataset_id,
+            id: release.id,
+            seq: release.seq,
+            created_at: release.created_at,
+            cost_units: release.cost.raw(),
+            mechanism_digest: audit::json_digest(&release.mechanism),
+            output_digest: audit::release_output_digest(&release.output, release.label.as_ref()),
+            created_by: release.created_by,
+        })
+        .map_err(|e| e.to_string());
+    LogEntry {
+        seq,
+        cost_units,
+        chain_hash,
+        fields,
     }
 }
 

@@ -6,6 +6,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures_util::TryStreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{Connection, FromRow, PgConnection, Row};
 use uuid::Uuid;
@@ -15,7 +17,32 @@ use super::codec::{
     SummaryColumns, DATASET_COLUMNS,
 };
 use super::{store_error, StoreOptions};
+use crate::ledger::audit::{self, LogEntry, LogHead};
 use crate::ledger::*;
+
+const TOKEN_COLUMNS: &str = "id, secret_hash, role, created_at, expires_at, last_used_at, \
+     revoked_at, ARRAY(SELECT dataset_id FROM token_datasets WHERE token_id = tokens.id \
+                       ORDER BY dataset_id) AS datasets";
+
+fn token_record(row: &PgRow) -> Result<TokenRecord, StoreError> {
+    const CONTEXT: &str = "tokens";
+    let get = |e| store_error(CONTEXT, e);
+    let role: String = row.try_get("role").map_err(get)?;
+    Ok(TokenRecord {
+        id: row.try_get("id").map_err(get)?,
+        secret_hash: codec::hash32(
+            row.try_get("secret_hash").map_err(get)?,
+            "tokens.secret_hash",
+        )?,
+        role: Role::parse(&role)
+            .ok_or_else(|| StoreError::Corrupt("tokens.role is not a known role".into()))?,
+        datasets: row.try_get("datasets").map_err(get)?,
+        created_at: row.try_get("created_at").map_err(get)?,
+        expires_at: row.try_get("expires_at").map_err(get)?,
+        last_used_at: row.try_get("last_used_at").map_err(get)?,
+        revoked_at: row.try_get("revoked_at").map_err(get)?,
+    })
+}
 
 /// A connection idle for longer than this is pinged before use, so that a pool that outlived a
 /// database restart discards its dead connections instead of failing requests with them. Busy
@@ -30,18 +57,28 @@ const RELEASE_COLUMNS: &str = "id, dataset_id, seq, created_at, created_by, \
 /// row as committed by the previous holder, so `spent + cost <= total` and `release_count` are
 /// always current. The INSERT runs only if the UPDATE matched; a duplicate idempotency key makes
 /// it fail, which aborts the whole statement, charge included.
+///
+/// The same UPDATE extends the release log (src/ledger/audit.rs): the service binds the link's
+/// bytes before seq ($13) and after created_at ($14); seq, the previous hash (the old
+/// `chain_head`, read under the row lock) and the time are spliced in here, so the chain stays one
+/// statement and single whatever the number of replicas. `now()` is the transaction's time, the
+/// one the INSERT stores as `created_at`; EXTRACT returns an exact numeric (PostgreSQL ≥ 14).
 const COMMIT_RELEASE: &str = "\
 WITH charged AS (
     UPDATE datasets
        SET spent_units = spent_units + $2, release_count = release_count + 1,
-           stored_cells = stored_cells + $7
+           stored_cells = stored_cells + $7,
+           chain_head = sha256($13 || int8send(release_count + 1) || chain_head
+                               || int8send((EXTRACT(EPOCH FROM now()) * 1000000)::bigint) || $14)
      WHERE id = $1 AND spent_units + $2 <= total_units AND stored_cells + $7 <= $12
- RETURNING id, budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta
+ RETURNING id, budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta,
+           chain_head
 ), recorded AS (
-    INSERT INTO releases (id, dataset_id, seq, created_by, mechanism, cost_units, distribution,
-                          dimension, idempotency_key, fingerprint, table_rows, label)
-    SELECT $3, charged.id, charged.release_count, $4, $5::jsonb, $2, $6, $7, $8, $9, $10, $11
-      FROM charged
+    INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units,
+                          distribution, dimension, idempotency_key, fingerprint, table_rows,
+                          label, chain_hash)
+    SELECT $3, charged.id, charged.release_count, now(), $4, $5::jsonb, $2, $6, $7, $8, $9, $10,
+           $11, charged.chain_head FROM charged
  RETURNING seq, created_at
 )
 SELECT charged.budget_order, charged.total_units, charged.spent_units, charged.release_count,
@@ -267,6 +304,8 @@ impl LedgerStore for PgStore {
             .bind(table_rows)
             .bind(new.label.as_ref().map(Label::as_str))
             .bind(self.max_stored_cells)
+            .bind(audit::link_prefix(new.dataset_id, new.id))
+            .bind(codec::link_suffix(new))
             .fetch_optional(&self.pool)
             .await;
         match result {
@@ -360,8 +399,8 @@ impl LedgerStore for PgStore {
         // One statement, so the token never exists without its scope.
         sqlx::query(
             "WITH token AS ( \
-                 INSERT INTO tokens (id, secret_hash, role, created_at) VALUES ($1, $2, $3, $4) \
-                 RETURNING id) \
+                 INSERT INTO tokens (id, secret_hash, role, created_at, expires_at) \
+                 VALUES ($1, $2, $3, $4, $6) RETURNING id) \
              INSERT INTO token_datasets (token_id, dataset_id) \
              SELECT DISTINCT token.id, scope.dataset_id FROM token, unnest($5::uuid[]) AS scope(dataset_id)",
         )
@@ -370,6 +409,7 @@ impl LedgerStore for PgStore {
         .bind(token.role.as_str())
         .bind(token.created_at)
         .bind(&token.datasets[..])
+        .bind(token.expires_at)
         .execute(&self.pool)
         .await
         .map(drop)
@@ -377,31 +417,101 @@ impl LedgerStore for PgStore {
     }
 
     async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError> {
-        const CONTEXT: &str = "find_token";
-        let row = sqlx::query(
-            "SELECT id, secret_hash, role, created_at, \
-                    ARRAY(SELECT dataset_id FROM token_datasets WHERE token_id = tokens.id \
-                          ORDER BY dataset_id) AS datasets \
-             FROM tokens WHERE id = $1",
+        let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = $1");
+        sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| store_error("find_token", e))?
+            .as_ref()
+            .map(token_record)
+            .transpose()
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id");
+        sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| store_error("list_tokens", e))?
+            .iter()
+            .map(token_record)
+            .collect()
+    }
+
+    async fn revoke_token(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
+        sqlx::query("UPDATE tokens SET revoked_at = COALESCE(revoked_at, $2) WHERE id = $1")
+            .bind(id)
+            .bind(at)
+            .execute(&self.pool)
+            .await
+            .map(|done| done.rows_affected() > 0)
+            .map_err(|e| store_error("revoke_token", e))
+    }
+
+    async fn touch_token(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE tokens SET last_used_at = GREATEST(last_used_at, $2) \
+             WHERE id = $1 AND revoked_at IS NULL",
         )
         .bind(id)
+        .bind(at)
+        .execute(&self.pool)
+        .await
+        .map(drop)
+        .map_err(|e| store_error("touch_token", e))
+    }
+
+    async fn log_head(&self, dataset_id: Uuid) -> Result<Option<LogHead>, StoreError> {
+        const CONTEXT: &str = "log_head";
+        let row = sqlx::query(
+            "SELECT release_count, chain_head, log_chained_after, spent_units \
+             FROM datasets WHERE id = $1",
+        )
+        .bind(dataset_id)
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| store_error(CONTEXT, e))?;
         let Some(row) = row else { return Ok(None) };
         let get = |e| store_error(CONTEXT, e);
-        let role: String = row.try_get("role").map_err(get)?;
-        Ok(Some(TokenRecord {
-            id: row.try_get("id").map_err(get)?,
-            secret_hash: codec::hash32(
-                row.try_get("secret_hash").map_err(get)?,
-                "tokens.secret_hash",
+        Ok(Some(LogHead {
+            seq: row.try_get("release_count").map_err(get)?,
+            hash: codec::hash32(
+                row.try_get("chain_head").map_err(get)?,
+                "datasets.chain_head",
             )?,
-            role: Role::parse(&role)
-                .ok_or_else(|| StoreError::Corrupt("tokens.role is not a known role".into()))?,
-            datasets: row.try_get("datasets").map_err(get)?,
-            created_at: row.try_get("created_at").map_err(get)?,
+            chained_after: row.try_get("log_chained_after").map_err(get)?,
+            spent_units: row.try_get("spent_units").map_err(get)?,
         }))
+    }
+
+    async fn log_entries(
+        &self,
+        dataset_id: Uuid,
+        after: i64,
+        upto: i64,
+        limit: u32,
+    ) -> Result<Vec<LogEntry>, StoreError> {
+        const CONTEXT: &str = "log_entries";
+        let sql = format!(
+            "SELECT {RELEASE_COLUMNS}, chain_hash FROM releases \
+             WHERE dataset_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4"
+        );
+        // Row by row: only one stored output is in memory at a time.
+        let mut rows = sqlx::query(&sql)
+            .bind(dataset_id)
+            .bind(after)
+            .bind(upto)
+            .bind(i64::from(limit))
+            .fetch(&self.pool);
+        let mut entries = Vec::new();
+        while let Some(row) = rows.try_next().await.map_err(|e| store_error(CONTEXT, e))? {
+            let get = |e| store_error(CONTEXT, e);
+            let chain_hash = row.try_get("chain_hash").map_err(get)?;
+            let columns = ReleaseColumns::<Uuid>::from_row(&row).map_err(get)?;
+            entries.push(codec::log_entry(columns, chain_hash));
+        }
+        Ok(entries)
     }
 
     async fn insert_secret_if_absent(&self, name: &str, value: &[u8]) -> Result<(), StoreError> {

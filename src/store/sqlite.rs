@@ -6,9 +6,12 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use chrono::{DateTime, SubsecRound, Utc};
+use futures_util::TryStreamExt;
+use sha2::{Digest, Sha256};
 use sqlx::pool::PoolConnection;
+use sqlx::sqlite::SqliteRow;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{Connection, Row, Sqlite, SqliteConnection};
+use sqlx::{Connection, FromRow, Row, Sqlite, SqliteConnection};
 use uuid::fmt::Hyphenated;
 use uuid::Uuid;
 
@@ -17,7 +20,35 @@ use super::codec::{
     SummaryColumns, DATASET_COLUMNS,
 };
 use super::{store_error, StoreOptions};
+use crate::ledger::audit::{self, LogEntry, LogHead};
 use crate::ledger::*;
+
+const TOKEN_COLUMNS: &str = "id, secret_hash, role, created_at, expires_at, last_used_at, \
+     revoked_at, (SELECT json_group_array(dataset_id) FROM \
+                     (SELECT dataset_id FROM token_datasets WHERE token_id = tokens.id \
+                      ORDER BY dataset_id)) AS datasets";
+
+fn token_record(row: &SqliteRow) -> Result<TokenRecord, StoreError> {
+    const CONTEXT: &str = "tokens";
+    let get = |e| store_error(CONTEXT, e);
+    let role: String = row.try_get("role").map_err(get)?;
+    let datasets: String = row.try_get("datasets").map_err(get)?;
+    Ok(TokenRecord {
+        id: row.try_get("id").map_err(get)?,
+        secret_hash: codec::hash32(
+            row.try_get("secret_hash").map_err(get)?,
+            "tokens.secret_hash",
+        )?,
+        role: Role::parse(&role)
+            .ok_or_else(|| StoreError::Corrupt("tokens.role is not a known role".into()))?,
+        datasets: serde_json::from_str(&datasets)
+            .map_err(|_| StoreError::Corrupt("token_datasets.dataset_id is not a UUID".into()))?,
+        created_at: row.try_get("created_at").map_err(get)?,
+        expires_at: row.try_get("expires_at").map_err(get)?,
+        last_used_at: row.try_get("last_used_at").map_err(get)?,
+        revoked_at: row.try_get("revoked_at").map_err(get)?,
+    })
+}
 
 const RELEASE_COLUMNS: &str =
     "id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
@@ -162,11 +193,12 @@ async fn commit_release_on(
     }
 
     let (distribution, dimension, table_rows) = output_columns(&new.output)?;
-    let charged = sqlx::query_as::<_, BudgetColumns>(
+    let charged = sqlx::query(
         "UPDATE datasets SET spent_units = spent_units + $2, release_count = release_count + 1, \
                              stored_cells = stored_cells + $3 \
          WHERE id = $1 AND spent_units + $2 <= total_units AND stored_cells + $3 <= $4 \
-         RETURNING budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta",
+         RETURNING budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta, \
+                   chain_head",
     )
     .bind(new.dataset_id.hyphenated())
     .bind(new.cost.raw())
@@ -191,14 +223,26 @@ async fn commit_release_on(
         tx.rollback().await.map_err(fail)?;
         return Ok(outcome);
     };
-    let budget = BudgetState::try_from(charged)?;
+    let budget = BudgetState::try_from(BudgetColumns::from_row(&charged).map_err(fail)?)?;
+    let prev = codec::hash32(
+        charged.try_get("chain_head").map_err(fail)?,
+        "datasets.chain_head",
+    )?;
 
     let created_at = now();
+    // The log link (src/ledger/audit.rs), under the write lock that also orders the charges.
+    let mut link = Sha256::new();
+    link.update(audit::link_prefix(new.dataset_id, new.id));
+    link.update(budget.releases.to_be_bytes());
+    link.update(prev);
+    link.update(created_at.timestamp_micros().to_be_bytes());
+    link.update(codec::link_suffix(new));
+    let chain_hash: [u8; 32] = link.finalize().into();
     sqlx::query(
         "INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
                                distribution, dimension, idempotency_key, fingerprint, \
-                               table_rows, label) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                               table_rows, label, chain_hash) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
     )
     .bind(new.id.hyphenated())
     .bind(new.dataset_id.hyphenated())
@@ -213,9 +257,16 @@ async fn commit_release_on(
     .bind(new.idempotency.as_ref().map(|i| &i.fingerprint[..]))
     .bind(table_rows)
     .bind(new.label.as_ref().map(Label::as_str))
+    .bind(&chain_hash[..])
     .execute(&mut *tx)
     .await
     .map_err(fail)?;
+    sqlx::query("UPDATE datasets SET chain_head = $2 WHERE id = $1")
+        .bind(new.dataset_id.hyphenated())
+        .bind(&chain_hash[..])
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
     tx.commit().await.map_err(fail)?;
 
     let release = committed_release(new, budget.releases, created_at);
@@ -230,14 +281,18 @@ async fn create_token_on(
     const CONTEXT: &str = "create_token";
     let fail = |e| store_error(CONTEXT, e);
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(fail)?;
-    sqlx::query("INSERT INTO tokens (id, secret_hash, role, created_at) VALUES ($1, $2, $3, $4)")
-        .bind(&token.id)
-        .bind(&token.secret_hash[..])
-        .bind(token.role.as_str())
-        .bind(token.created_at.trunc_subsecs(6))
-        .execute(&mut *tx)
-        .await
-        .map_err(fail)?;
+    sqlx::query(
+        "INSERT INTO tokens (id, secret_hash, role, created_at, expires_at) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(&token.id)
+    .bind(&token.secret_hash[..])
+    .bind(token.role.as_str())
+    .bind(token.created_at.trunc_subsecs(6))
+    .bind(token.expires_at.map(|at| at.trunc_subsecs(6)))
+    .execute(&mut *tx)
+    .await
+    .map_err(fail)?;
     for dataset_id in &token.datasets {
         sqlx::query("INSERT OR IGNORE INTO token_datasets (token_id, dataset_id) VALUES ($1, $2)")
             .bind(&token.id)
@@ -415,35 +470,101 @@ impl LedgerStore for SqliteStore {
     }
 
     async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError> {
-        const CONTEXT: &str = "find_token";
+        let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = $1");
+        sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| store_error("find_token", e))?
+            .as_ref()
+            .map(token_record)
+            .transpose()
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenRecord>, StoreError> {
+        // rowid is insertion order: oldest first.
+        let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens ORDER BY rowid");
+        sqlx::query(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| store_error("list_tokens", e))?
+            .iter()
+            .map(token_record)
+            .collect()
+    }
+
+    async fn revoke_token(&self, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {
+        sqlx::query("UPDATE tokens SET revoked_at = COALESCE(revoked_at, $2) WHERE id = $1")
+            .bind(id)
+            .bind(at.trunc_subsecs(6))
+            .execute(&self.pool)
+            .await
+            .map(|done| done.rows_affected() > 0)
+            .map_err(|e| store_error("revoke_token", e))
+    }
+
+    async fn touch_token(&self, id: &str, at: DateTime<Utc>) -> Result<(), StoreError> {
+        // One process writes this file, and it rate-limits these writes per token: the last
+        // write is the latest use.
+        sqlx::query("UPDATE tokens SET last_used_at = $2 WHERE id = $1 AND revoked_at IS NULL")
+            .bind(id)
+            .bind(at.trunc_subsecs(6))
+            .execute(&self.pool)
+            .await
+            .map(drop)
+            .map_err(|e| store_error("touch_token", e))
+    }
+
+    async fn log_head(&self, dataset_id: Uuid) -> Result<Option<LogHead>, StoreError> {
+        const CONTEXT: &str = "log_head";
         let row = sqlx::query(
-            "SELECT id, secret_hash, role, created_at, \
-                    (SELECT json_group_array(dataset_id) FROM \
-                        (SELECT dataset_id FROM token_datasets WHERE token_id = tokens.id \
-                         ORDER BY dataset_id)) AS datasets \
-             FROM tokens WHERE id = $1",
+            "SELECT release_count, chain_head, log_chained_after, spent_units \
+             FROM datasets WHERE id = $1",
         )
-        .bind(id)
+        .bind(dataset_id.hyphenated())
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| store_error(CONTEXT, e))?;
         let Some(row) = row else { return Ok(None) };
         let get = |e| store_error(CONTEXT, e);
-        let role: String = row.try_get("role").map_err(get)?;
-        let datasets: String = row.try_get("datasets").map_err(get)?;
-        Ok(Some(TokenRecord {
-            id: row.try_get("id").map_err(get)?,
-            secret_hash: codec::hash32(
-                row.try_get("secret_hash").map_err(get)?,
-                "tokens.secret_hash",
+        Ok(Some(LogHead {
+            seq: row.try_get("release_count").map_err(get)?,
+            hash: codec::hash32(
+                row.try_get("chain_head").map_err(get)?,
+                "datasets.chain_head",
             )?,
-            role: Role::parse(&role)
-                .ok_or_else(|| StoreError::Corrupt("tokens.role is not a known role".into()))?,
-            datasets: serde_json::from_str(&datasets).map_err(|_| {
-                StoreError::Corrupt("token_datasets.dataset_id is not a UUID".into())
-            })?,
-            created_at: row.try_get("created_at").map_err(get)?,
+            chained_after: row.try_get("log_chained_after").map_err(get)?,
+            spent_units: row.try_get("spent_units").map_err(get)?,
         }))
+    }
+
+    async fn log_entries(
+        &self,
+        dataset_id: Uuid,
+        after: i64,
+        upto: i64,
+        limit: u32,
+    ) -> Result<Vec<LogEntry>, StoreError> {
+        const CONTEXT: &str = "log_entries";
+        let sql = format!(
+            "SELECT {RELEASE_COLUMNS}, chain_hash FROM releases \
+             WHERE dataset_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4"
+        );
+        // Row by row: only one stored output is in memory at a time.
+        let mut rows = sqlx::query(&sql)
+            .bind(dataset_id.hyphenated())
+            .bind(after)
+            .bind(upto)
+            .bind(i64::from(limit))
+            .fetch(&self.pool);
+        let mut entries = Vec::new();
+        while let Some(row) = rows.try_next().await.map_err(|e| store_error(CONTEXT, e))? {
+            let get = |e| store_error(CONTEXT, e);
+            let chain_hash = row.try_get("chain_hash").map_err(get)?;
+            let columns = ReleaseColumns::<Hyphenated>::from_row(&row).map_err(get)?;
+            entries.push(codec::log_entry(columns, chain_hash));
+        }
+        Ok(entries)
     }
 
     async fn insert_secret_if_absent(&self, name: &str, value: &[u8]) -> Result<(), StoreError> {
