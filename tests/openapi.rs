@@ -1441,6 +1441,26 @@ async fn every_response_matches_the_description(backend: Backend) {
         .await;
     let analyst = token.body["token"].as_str().unwrap().to_string();
     let analyst_id = token.id();
+    let who = api.call("whoami", "/v1/whoami").expect(200).await;
+    assert_eq!(who.body, json!({"role": "admin"}));
+    let who = api
+        .call("whoami", "/v1/whoami")
+        .token(&analyst)
+        .expect(200)
+        .await;
+    assert_eq!(who.body["token_id"], analyst_id.as_str());
+    let page = api.call("console", "/console").anonymous().expect(200).await;
+    assert!(page.body.as_str().unwrap().contains("/console/app.js"));
+    for file in ["app.js", "console.css"] {
+        api.call("consoleAsset", &format!("/console/{file}"))
+            .anonymous()
+            .expect(200)
+            .await;
+    }
+    api.call("consoleAsset", "/console/missing.js")
+        .anonymous()
+        .problem(404, "not-found")
+        .await;
     let deduplicated = api
         .call("createToken", "/v1/tokens")
         .json(json!({"datasets": [big, dp, big]}))
@@ -1556,6 +1576,7 @@ async fn every_response_matches_the_description(backend: Backend) {
             Some(dataset_body.clone()),
         ),
         ("listDatasets", "/v1/datasets".into(), None),
+        ("whoami", "/v1/whoami".into(), None),
         ("getDataset", format!("/v1/datasets/{dp}"), None),
         ("getBudget", format!("/v1/datasets/{dp}/budget"), None),
         ("createRelease", dp_releases.clone(), Some(body.clone())),

@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod cache;
+pub mod console;
 pub mod datasets;
 pub mod error;
 pub mod extract;
@@ -69,6 +70,7 @@ pub fn router(state: AppState) -> Router {
         .merge(releases::router())
         .merge(tokens::router())
         .merge(ops::router())
+        .merge(console::router())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(body_limit))
