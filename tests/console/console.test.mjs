@@ -218,7 +218,7 @@ try {
   await page.screenshot({ path: `${OUT}/dataset.png`, fullPage: true });
 
   step('the datasets list sorts by remaining budget');
-  await page.getByRole('link', { name: 'Datasets' }).click();
+  await page.getByRole('link', { name: 'Datasets', exact: true }).click();
   await page.locator('table.datasets').waitFor();
   await page.getByRole('button', { name: /Remaining/ }).click();
   let names = await page.locator('table.datasets tbody th').allTextContents();

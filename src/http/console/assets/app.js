@@ -384,7 +384,7 @@ async function renderDataset(datasetId) {
 
   const showOutput = (release, labels) => {
     const values = release.distribution;
-    clear(outputSlot).append(labels && values
+    clear(outputSlot).append(h('h3', {}, `Output of release #${release.seq}`), labels && values
       ? barChart(values.slice(0, MAX_DRAWN_CELLS), labels, `Release #${release.seq}: a distribution over ${values.length} cells`)
       : outputChart(release));
   };
