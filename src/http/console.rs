@@ -78,10 +78,16 @@ pub const ASSETS: [(&str, &str, &str); 6] = [
 
 pub fn router() -> Router<AppState> {
     let pages = Router::new()
-        .route("/console", get(index))
-        .route("/console/{asset}", get(asset))
+        .route("/console", get(index).fallback(wrong_method))
+        .route("/console/{asset}", get(asset).fallback(wrong_method))
         .layer(middleware::from_fn(security_headers));
     pages.route("/v1/whoami", get(whoami))
+}
+
+/// The same 405 as the router's own, but as a fallback of these routes, so that it passes
+/// through `security_headers` (the router-wide one is installed outside this layer).
+async fn wrong_method() -> ApiError {
+    ApiError::MethodNotAllowed
 }
 
 async fn security_headers(req: Request, next: Next) -> Response {
