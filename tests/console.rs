@@ -59,7 +59,11 @@ async fn console_responses_carry_the_security_headers(backend: Backend) {
     assert_eq!(head.status(), StatusCode::OK);
     assert_security_headers(&head, "HEAD /console/app.js");
 
-    for path in ["/console/nope.js", "/console/..%2fopenapi.yaml", "/console/app.js%00"] {
+    for path in [
+        "/console/nope.js",
+        "/console/..%2fopenapi.yaml",
+        "/console/app.js%00",
+    ] {
         let missing = client.get(app.url(path)).send().await.unwrap();
         assert_security_headers(&missing, path);
         let body = assert_problem(missing, StatusCode::NOT_FOUND, "not-found").await;
@@ -97,7 +101,14 @@ fn the_policy_is_strict() {
             "{directive} is missing"
         );
     }
-    for loose in ["unsafe-inline", "unsafe-eval", "http:", "https:", "data:", "*"] {
+    for loose in [
+        "unsafe-inline",
+        "unsafe-eval",
+        "http:",
+        "https:",
+        "data:",
+        "*",
+    ] {
         assert!(
             !CONTENT_SECURITY_POLICY.contains(loose),
             "{loose} in the policy"
@@ -115,11 +126,17 @@ fn the_assets_use_no_inline_code_and_reference_only_each_other() {
     assert!(!index.contains("<style"), "an inline stylesheet");
     assert!(!index.contains("style="), "an inline style attribute");
     for handler in ["onclick=", "onload=", "onerror=", "onsubmit="] {
-        assert!(!index.contains(handler), "an inline event handler {handler}");
+        assert!(
+            !index.contains(handler),
+            "an inline event handler {handler}"
+        );
     }
     for script in index.split("<script").skip(1) {
         let tag = &script[..script.find('>').unwrap()];
-        assert!(tag.contains("src=\"/console/"), "an inline script: <script{tag}>");
+        assert!(
+            tag.contains("src=\"/console/"),
+            "an inline script: <script{tag}>"
+        );
     }
     let mut referenced = Vec::new();
     for part in index.split("\"/console/").skip(1) {
@@ -175,7 +192,12 @@ async fn whoami_names_the_role(backend: Backend) {
     let response = app.get("/v1/whoami", &token).await;
     assert_eq!(response.status(), StatusCode::OK);
     let analyst: Value = response.json().await.unwrap();
-    let token_id = token.strip_prefix("dra_").unwrap().split('_').next().unwrap();
+    let token_id = token
+        .strip_prefix("dra_")
+        .unwrap()
+        .split('_')
+        .next()
+        .unwrap();
     assert_eq!(
         analyst,
         json!({"role": "analyst", "token_id": token_id, "datasets": [first]})

@@ -876,7 +876,8 @@ async fn routes_match_the_description(backend: Backend) {
     for (template, methods) in &paths {
         let path = template
             .replace("{id}", &dataset)
-            .replace("{release_id}", &release);
+            .replace("{release_id}", &release)
+            .replace("{asset}", "app.js");
         let mut allowed: BTreeSet<String> =
             methods.iter().map(|m| m.to_ascii_uppercase()).collect();
         if methods.contains("get") {
@@ -1449,7 +1450,11 @@ async fn every_response_matches_the_description(backend: Backend) {
         .expect(200)
         .await;
     assert_eq!(who.body["token_id"], analyst_id.as_str());
-    let page = api.call("console", "/console").anonymous().expect(200).await;
+    let page = api
+        .call("console", "/console")
+        .anonymous()
+        .expect(200)
+        .await;
     assert!(page.body.as_str().unwrap().contains("/console/app.js"));
     for file in ["app.js", "console.css"] {
         api.call("consoleAsset", &format!("/console/{file}"))

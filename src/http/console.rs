@@ -103,11 +103,7 @@ async fn security_headers(req: Request, next: Next) -> Response {
 }
 
 async fn index() -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        INDEX,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response()
 }
 
 async fn asset(ApiPath(name): ApiPath<String>) -> Result<Response, ApiError> {
