@@ -292,6 +292,7 @@ try {
   await page.locator('table.releases').waitFor();
   assert.equal(await page.locator('table.releases tbody tr').first().locator('td').nth(1).textContent(), 'by region');
   await page.locator('svg.heat-map[data-rows="3"]').waitFor();
+  await page.locator('.output').screenshot({ path: `${OUT}/table-output.png` });
   await page.unroute(/\/v1\/datasets\/[^/]+\/releases\?limit=10$/);
 
   step('a narrow window: no page-wide horizontal scrolling');

@@ -511,7 +511,7 @@ async function renderNewToken() {
   const list = await call('GET', '/v1/datasets');
   const boxes = list.items.map((d) => {
     const box = h('input', { type: 'checkbox', value: d.id, id: id('ds') });
-    return h('div', { class: 'check' }, box, h('label', { for: box.id }, d.name, ' ', h('code', { class: 'muted' }, d.id.slice(0, 8))));
+    return h('div', { class: 'check' }, box, h('label', { for: box.id }, d.name, ' ', h('code', { class: 'muted' }, d.id.slice(-8))));
   });
   const errors = h('div', { 'aria-live': 'polite' });
   const result = h('div', { 'aria-live': 'polite' });
