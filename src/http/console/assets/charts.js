@@ -144,7 +144,7 @@ export function heatMap(rows, caption) {
   const colLabels = Array.from({ length: nCols }, (_, j) => j).filter((j) => nCols <= 24 || j % Math.ceil(nCols / 24) === 0)
     .map((j) => s('text', { class: 'axis-label', x: m.l + j * cell + cell / 2, y: m.t - 8, 'text-anchor': 'middle' }, String(j)));
   return h('figure', { class: 'chart-figure' },
-    s('svg', { class: 'chart heat-map', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': summary, 'data-rows': nRows },
+    s('svg', { class: 'chart heat-map', viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-label': summary, 'data-rows': nRows },
       s('title', {}, summary), ...rowLabels, ...colLabels, ...cells),
     h('figcaption', {}, summary, '. Darker is larger.'),
     dataTable(['row', ...Array.from({ length: nCols }, (_, j) => `cell ${j}`)], rows.map((r, i) => [i, ...r.map((v) => num(v))])));
