@@ -25,6 +25,7 @@ async fn main() -> std::process::ExitCode {
         "dirichlet-release listening on http://{addr} ({} backend)",
         app.backend()
     );
+    println!("Console: http://{addr}/console (sign in with the admin token)");
     if let Some(token) = &app.generated_admin_token {
         println!("Generated admin token (shown once; only its SHA-256 is stored): {token}");
     }

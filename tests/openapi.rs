@@ -876,7 +876,8 @@ async fn routes_match_the_description(backend: Backend) {
     for (template, methods) in &paths {
         let path = template
             .replace("{id}", &dataset)
-            .replace("{release_id}", &release);
+            .replace("{release_id}", &release)
+            .replace("{asset}", "app.js");
         let mut allowed: BTreeSet<String> =
             methods.iter().map(|m| m.to_ascii_uppercase()).collect();
         if methods.contains("get") {
@@ -1586,6 +1587,30 @@ async fn every_response_matches_the_description(backend: Backend) {
         .token("not-a-token")
         .problem(401, "unauthorized")
         .await;
+    let who = api.call("whoami", "/v1/whoami").expect(200).await;
+    assert_eq!(who.body, json!({"role": "admin"}));
+    let who = api
+        .call("whoami", "/v1/whoami")
+        .token(&analyst)
+        .expect(200)
+        .await;
+    assert_eq!(who.body["token_id"], analyst_id.as_str());
+    let page = api
+        .call("console", "/console")
+        .anonymous()
+        .expect(200)
+        .await;
+    assert!(page.body.as_str().unwrap().contains("/console/app.js"));
+    for file in ["app.js", "console.css"] {
+        api.call("consoleAsset", &format!("/console/{file}"))
+            .anonymous()
+            .expect(200)
+            .await;
+    }
+    api.call("consoleAsset", "/console/missing.js")
+        .anonymous()
+        .problem(404, "not-found")
+        .await;
     let deduplicated = api
         .call("createToken", "/v1/tokens")
         .json(json!({"datasets": [big, dp, big]}))
@@ -1752,6 +1777,7 @@ async fn every_response_matches_the_description(backend: Backend) {
             Some(dataset_body.clone()),
         ),
         ("listDatasets", "/v1/datasets".into(), None),
+        ("whoami", "/v1/whoami".into(), None),
         ("getDataset", format!("/v1/datasets/{dp}"), None),
         ("getBudget", format!("/v1/datasets/{dp}/budget"), None),
         ("createRelease", dp_releases.clone(), Some(body.clone())),

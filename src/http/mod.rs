@@ -4,6 +4,7 @@
 pub mod audit;
 pub mod auth;
 pub mod cache;
+pub mod console;
 pub mod datasets;
 pub mod error;
 pub mod extract;
@@ -74,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .merge(tokens::router())
         .merge(audit::router())
         .merge(ops::router())
+        .merge(console::router())
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(body_limit))

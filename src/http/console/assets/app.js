@@ -1,0 +1,595 @@
+// The console: a hash-routed single page over the public API (see api.js for the token rules).
+//   #/                   datasets
+//   #/datasets/<id>      one dataset: spend over time, preview and release, releases, outputs
+//   #/new-dataset        register a dataset (admin)
+//   #/new-token          create an analyst token (admin)
+
+import { call, allReleases, session, saveSession, clearSession, Problem } from './api.js';
+import { h, num, percent, when, clear, id } from './dom.js';
+import { budgetBar, spendChart, barChart, heatMap } from './charts.js';
+
+const main = document.getElementById('main');
+const nav = document.getElementById('nav');
+const who = document.getElementById('who');
+const status = document.getElementById('status');
+
+const PAGE = 10;
+/** Outputs with more cells than this are drawn in part (the numbers stay available). */
+const MAX_DRAWN_CELLS = 2000;
+
+// ------------------------------------------------------------------ shared pieces
+
+function announce(message) {
+  status.textContent = message;
+}
+
+/** A problem+json error as the user sees it: its title, its detail, and the status. */
+function problemBox(error) {
+  const p = error instanceof Problem ? error : new Problem(0, { title: 'Unexpected error', detail: String(error?.message || error) });
+  return h('div', { class: 'problem', role: 'alert', 'data-status': p.status, 'data-type': p.type },
+    h('p', { class: 'problem-title' }, h('span', { class: 'problem-icon', 'aria-hidden': 'true' }, '⚠ '), p.title),
+    p.detail ? h('p', { class: 'problem-detail' }, p.detail) : null,
+    h('p', { class: 'problem-meta' }, p.status ? `HTTP ${p.status}` : 'no response', p.type ? ` · ${p.type}` : ''));
+}
+
+function field(label, control, hint) {
+  const controlId = control.id || id('field');
+  control.id = controlId;
+  const hintId = hint ? `${controlId}-hint` : null;
+  if (hintId) control.setAttribute('aria-describedby', hintId);
+  return h('div', { class: 'field' },
+    h('label', { for: controlId }, label),
+    control,
+    hint ? h('p', { class: 'hint', id: hintId }, hint) : null);
+}
+
+function numberInput(attrs) {
+  return h('input', { type: 'number', step: 'any', inputmode: 'decimal', ...attrs });
+}
+
+function section(title, ...children) {
+  const headingId = id('h');
+  return h('section', { class: 'card', 'aria-labelledby': headingId },
+    h('h2', { id: headingId }, title), ...children);
+}
+
+function busy(button, on) {
+  button.disabled = on;
+  button.setAttribute('aria-busy', on ? 'true' : 'false');
+}
+
+/** The total and remaining budget of a dataset view, on the ledger grid. */
+function ledgerTotal(dataset) {
+  return dataset.budget.rdp_epsilon ?? dataset.budget.epsilon;
+}
+
+function budgetSummary(dataset, budget) {
+  const rows = [
+    h('div', { class: 'budget-line' },
+      budgetBar(budget.spent, budget.total, `Rényi-DP budget at order λ = ${num(budget.order)}`),
+      h('p', { class: 'budget-text' },
+        h('strong', {}, `${num(budget.spent)} of ${num(budget.total)}`), ` spent at λ = ${num(budget.order)} `,
+        h('span', { class: 'muted' }, `(${percent(budget.spent, budget.total)}; ${num(budget.remaining)} left)`))),
+  ];
+  if (budget.dp) {
+    rows.push(h('div', { class: 'budget-line' },
+      budgetBar(budget.dp.spent_epsilon, budget.dp.total_epsilon, `(ε, δ) view at δ = ${budget.dp.delta}`),
+      h('p', { class: 'budget-text' },
+        h('strong', {}, `ε ${num(budget.dp.spent_epsilon)} of ${num(budget.dp.total_epsilon)}`),
+        ` spent at δ = ${budget.dp.delta}`)));
+  }
+  return h('div', { class: 'budget-summary' }, rows);
+}
+
+function mechanismParameters(mechanism) {
+  const parts = [];
+  for (const [key, value] of Object.entries(mechanism || {})) {
+    if (key === 'kind') continue;
+    if (key === 'calibration' && value && typeof value === 'object') {
+      parts.push(`calibrated to ε ${num(value.epsilon)} at λ ${num(value.order)}`);
+    } else if (Array.isArray(value)) {
+      parts.push(value.length <= 4 ? `${key} = [${value.map((v) => num(v, 3)).join(', ')}]` : `${key} = per cell (${value.length})`);
+    } else if (typeof value === 'number') {
+      parts.push(`${key} = ${num(value)}`);
+    } else if (value !== null && typeof value !== 'object') {
+      parts.push(`${key} = ${value}`);
+    }
+  }
+  return parts.join(', ');
+}
+
+/** A release's output: a distribution, or (a `table` release) a list of distributions. */
+function outputChart(release) {
+  const rows = Array.isArray(release.distributions) ? release.distributions : null;
+  const title = `Release #${release.seq}${release.label ? ` “${release.label}”` : ''}`;
+  if (rows) {
+    const shown = rows.slice(0, 100).map((r) => r.slice(0, 200));
+    const partial = shown.length < rows.length || rows.some((r) => r.length > 200);
+    return heatMap(shown, `${title}: ${rows.length} distributions${partial ? ' (first 100 rows, 200 cells drawn)' : ''}`);
+  }
+  const values = release.distribution || [];
+  const shown = values.slice(0, MAX_DRAWN_CELLS);
+  return barChart(shown, null, `${title}: a distribution over ${values.length} cells${shown.length < values.length ? ` (first ${shown.length} drawn)` : ''}`);
+}
+
+// ------------------------------------------------------------------ frame
+
+function renderFrame() {
+  const me = session();
+  clear(nav);
+  clear(who);
+  if (!me) return;
+  const here = location.hash || '#/';
+  const link = (href, text) => h('a', { href, 'aria-current': here === href ? 'page' : null }, text);
+  nav.append(link('#/', 'Datasets'));
+  if (me.role === 'admin') {
+    nav.append(link('#/new-dataset', 'Register dataset'), link('#/new-token', 'New analyst token'));
+  }
+  who.append(
+    h('span', { class: 'role', 'data-role': me.role }, me.role === 'admin' ? 'Admin' : `Analyst ${me.token_id}`),
+    h('button', { type: 'button', class: 'secondary', onclick: signOut }, 'Sign out'));
+}
+
+function signOut() {
+  clearSession();
+  location.hash = '#/';
+  route('You are signed out.');
+}
+
+// ------------------------------------------------------------------ sign-in
+
+function renderSignIn(message) {
+  const token = h('input', { type: 'password', autocomplete: 'off', spellcheck: 'false', required: true });
+  const button = h('button', { type: 'submit' }, 'Sign in');
+  const errors = h('div', { 'aria-live': 'polite' });
+  const form = h('form', { class: 'card narrow', method: 'post', novalidate: true },
+    h('h1', {}, 'Sign in'),
+    message ? h('p', { class: 'notice' }, message) : null,
+    field('Bearer token', token, 'The admin token printed at start-up, or an analyst token (dra_…). It is kept in this tab only and sent only in the Authorization header.'),
+    errors, button);
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    clear(errors);
+    const value = token.value.trim();
+    if (!value) {
+      errors.append(problemBox(new Problem(0, { title: 'A token is required', detail: 'Paste the admin token or an analyst token.' })));
+      return;
+    }
+    busy(button, true);
+    try {
+      const me = await call('GET', '/v1/whoami', { token: value });
+      saveSession({ token: value, role: me.role, token_id: me.token_id ?? null });
+      token.value = '';
+      if (!location.hash || location.hash === '#/') route(); else location.hash = '#/';
+    } catch (error) {
+      errors.append(problemBox(error));
+    } finally {
+      busy(button, false);
+    }
+  });
+  clear(main).append(form);
+  token.focus();
+}
+
+// ------------------------------------------------------------------ datasets
+
+async function renderDatasets() {
+  const me = session();
+  const list = await call('GET', '/v1/datasets');
+  const budgets = await Promise.all(list.items.map((d) => call('GET', `/v1/datasets/${d.id}/budget`)));
+  const rows = list.items.map((d, i) => ({ dataset: d, budget: budgets[i] }));
+  let sort = 'none';
+  const body = h('tbody');
+  const sortButton = h('button', { type: 'button', class: 'sort' }, 'Remaining ', h('span', { 'aria-hidden': 'true' }, '↕'));
+  const remainingHeader = h('th', { scope: 'col', 'aria-sort': 'none' }, sortButton);
+  const draw = () => {
+    const ordered = [...rows];
+    if (sort !== 'none') {
+      const sign = sort === 'ascending' ? 1 : -1;
+      ordered.sort((a, b) => sign * (a.budget.remaining / a.budget.total - b.budget.remaining / b.budget.total));
+    }
+    clear(body).append(...ordered.map(({ dataset: d, budget: b }) => h('tr', { 'data-id': d.id },
+      h('th', { scope: 'row' }, h('a', { href: `#/datasets/${d.id}` }, d.name)),
+      h('td', { class: 'budget-cell' }, budgetSummary(d, b)),
+      h('td', { class: 'num' }, `${num(b.remaining)}`, h('span', { class: 'muted' }, ` (${percent(b.remaining, b.total)})`)),
+      h('td', { class: 'num' }, String(b.releases)),
+      h('td', {}, d.neighbouring.replaceAll('_', ' ')),
+      h('td', {}, h('time', { datetime: d.created_at }, when(d.created_at))))));
+  };
+  sortButton.addEventListener('click', () => {
+    sort = sort === 'ascending' ? 'descending' : 'ascending';
+    remainingHeader.setAttribute('aria-sort', sort);
+    sortButton.lastChild.textContent = sort === 'ascending' ? '↑' : '↓';
+    sortButton.setAttribute('aria-label', `Remaining budget, sorted ${sort}; activate to reverse`);
+    draw();
+    announce(`Sorted by remaining budget, ${sort}.`);
+  });
+  draw();
+  const content = rows.length
+    ? h('div', { class: 'table-scroll' }, h('table', { class: 'datasets' },
+      h('caption', {}, `${rows.length} dataset${rows.length === 1 ? '' : 's'}${me.role === 'admin' ? '' : ' this token may use'}`),
+      h('thead', {}, h('tr', {},
+        h('th', { scope: 'col' }, 'Dataset'), h('th', { scope: 'col' }, 'Budget spent'), remainingHeader,
+        h('th', { scope: 'col' }, 'Releases'), h('th', { scope: 'col' }, 'Relation'), h('th', { scope: 'col' }, 'Created'))),
+      body))
+    : h('p', { class: 'empty' }, me.role === 'admin' ? 'No datasets yet. ' : 'This token has no datasets.',
+      me.role === 'admin' ? h('a', { href: '#/new-dataset' }, 'Register the first one') : null);
+  clear(main).append(h('h1', {}, 'Datasets'), content);
+}
+
+// ------------------------------------------------------------------ one dataset
+
+function parseCounts(text) {
+  const lines = text.split(/\r?\n/).map((l) => l.trim()).filter(Boolean);
+  if (!lines.length) throw new Problem(0, { title: 'No counts', detail: 'Paste the counts, e.g. 120, 45, 3, 0, 17, 9 or a CSV header line and one row.' });
+  const split = (line) => line.split(/[\s,;]+/).filter(Boolean);
+  let labels = null;
+  let row = lines[lines.length - 1];
+  if (lines.length === 2 && split(lines[0]).some((t) => Number.isNaN(Number(t)))) {
+    labels = split(lines[0]);
+  } else if (lines.length > 1) {
+    throw new Problem(0, { title: 'One row at a time', detail: 'Paste one row of counts (optionally under a CSV header line).' });
+  }
+  const tokens = split(row);
+  const counts = tokens.map(Number);
+  const bad = counts.findIndex((c) => !Number.isFinite(c));
+  if (bad >= 0) throw new Problem(0, { title: 'Not a number', detail: `Value ${bad + 1} of the row is not a number.` });
+  if (labels && labels.length !== counts.length) {
+    throw new Problem(0, { title: 'Header and row differ', detail: `The header has ${labels.length} names but the row has ${counts.length} values.` });
+  }
+  return { counts, labels };
+}
+
+const MECHANISMS = {
+  dirichlet: { label: 'Dirichlet (calibrated r, prior α)', extra: ['prior', 'Prior α per cell (optional, default 1)'] },
+  posterior: { label: 'Posterior sampling (r fixed, prior solved)', extra: ['r', 'r (optional, default 1)'] },
+  diffuse: { label: 'Diffuse (α fixed, r solved)', extra: ['alpha', 'α per cell (required)'] },
+  gaussian: { label: 'Gaussian baseline', extra: null },
+  laplace: { label: 'Laplace baseline', extra: null },
+};
+
+function releaseForm(dataset, onReleased) {
+  const counts = h('textarea', { rows: 3, spellcheck: 'false', autocomplete: 'off' });
+  const mechanism = h('select', {}, Object.entries(MECHANISMS).map(([k, m]) => h('option', { value: k }, m.label)));
+  const epsilon = numberInput({ min: 0, required: true });
+  const extra = numberInput({ min: 0 });
+  const extraLabel = h('label', {});
+  const extraField = h('div', { class: 'field' }, extraLabel, extra);
+  const previewButton = h('button', { type: 'submit' }, 'Preview');
+  const releaseButton = h('button', { type: 'button', class: 'release', disabled: true }, 'Release');
+  const result = h('div', { class: 'preview-result', 'aria-live': 'polite' });
+  let previewed = null; // { body, key, labels } of the last successful preview
+
+  const syncExtra = () => {
+    const spec = MECHANISMS[mechanism.value].extra;
+    extraField.hidden = !spec;
+    extra.id = extra.id || id('extra');
+    extraLabel.setAttribute('for', extra.id);
+    extraLabel.textContent = spec ? spec[1] : '';
+    extra.required = mechanism.value === 'diffuse';
+  };
+  const invalidate = () => {
+    if (previewed) {
+      previewed = null;
+      releaseButton.disabled = true;
+      releaseButton.textContent = 'Release';
+      clear(result).append(h('p', { class: 'muted' }, 'The request changed; preview it again before releasing.'));
+    }
+  };
+  mechanism.addEventListener('change', () => { syncExtra(); invalidate(); });
+  for (const control of [counts, epsilon, extra]) control.addEventListener('input', invalidate);
+  syncExtra();
+
+  const requestBody = () => {
+    const { counts: values, labels } = parseCounts(counts.value);
+    const eps = Number(epsilon.value);
+    if (!epsilon.value || !(eps > 0)) throw new Problem(0, { title: 'ε is required', detail: 'Give the privacy cost ε to calibrate to (a number above 0).' });
+    const body = { counts: values, epsilon: eps, mechanism: mechanism.value };
+    const spec = MECHANISMS[mechanism.value].extra;
+    if (spec && extra.value !== '') body[spec[0]] = Number(extra.value);
+    return { body, labels };
+  };
+
+  const form = h('form', { class: 'release-form', method: 'post', novalidate: true },
+    field('Counts', counts, 'Numbers separated by commas or spaces, or a CSV header line and one row. They are sent to the service and never stored.'),
+    h('div', { class: 'field-row' },
+      field('Mechanism', mechanism),
+      field('ε (privacy cost to calibrate to)', epsilon),
+      extraField),
+    h('div', { class: 'actions' }, previewButton, releaseButton),
+    result);
+
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    clear(result);
+    previewed = null;
+    releaseButton.disabled = true;
+    let request;
+    try {
+      request = requestBody();
+    } catch (error) {
+      result.append(problemBox(error));
+      return;
+    }
+    busy(previewButton, true);
+    try {
+      const p = await call('POST', `/v1/datasets/${dataset.id}/releases/preview`, { body: request.body });
+      // One key per previewed request: a retry of this release (a lost answer, a double click)
+      // replays the stored release instead of drawing and charging again.
+      previewed = { ...request, key: crypto.randomUUID() };
+      const after = p.budget_after;
+      const fits = p.admissible;
+      const f = p.forecast;
+      result.append(h('dl', { class: 'preview', 'data-admissible': String(fits) },
+        h('dt', {}, 'Cost'), h('dd', { class: 'cost' }, `ε ${num(p.cost.epsilon)} at order λ = ${num(p.cost.order)}`),
+        h('dt', {}, 'Fits the budget'),
+        h('dd', { class: fits ? 'fits yes' : 'fits no' },
+          h('span', { 'aria-hidden': 'true' }, fits ? '✓ ' : '✗ '),
+          fits ? `Yes — ${num(after.remaining)} of ${num(after.total)} would remain` : `No — only ${num(after.remaining)} remains; the service would refuse it`),
+        h('dt', {}, 'Mechanism'), h('dd', {}, `${p.mechanism.kind}: ${mechanismParameters(p.mechanism)}`),
+        f ? [
+          h('dt', {}, 'Forecast ℓ2 error'), h('dd', {}, `≤ ${num(f.l2_bound)} with probability ${num(f.l2_bound_confidence)}`),
+          h('dt', {}, 'Per-cell variance'), h('dd', {}, `≤ ${num(f.max_cell_variance)}`),
+          f.kl_tail ? [h('dt', {}, 'KL tail'), h('dd', {}, `Pr[KL > ${num(f.kl_tail.eta)}] ≤ ${num(f.kl_tail.probability)}`)] : null,
+        ] : [h('dt', {}, 'Forecast'), h('dd', {}, 'none for this mechanism')]));
+      releaseButton.disabled = !fits;
+      releaseButton.textContent = fits ? `Release (spends ε ${num(p.cost.epsilon)})` : 'Release (does not fit)';
+      announce(fits ? 'Preview ready; the release fits the budget.' : 'Preview ready; the release does not fit the budget.');
+    } catch (error) {
+      result.append(problemBox(error));
+    } finally {
+      busy(previewButton, false);
+    }
+  });
+
+  releaseButton.addEventListener('click', async () => {
+    if (!previewed) return;
+    const { body, key, labels } = previewed;
+    busy(releaseButton, true);
+    busy(previewButton, true);
+    const outcome = h('div', { class: 'release-outcome' });
+    try {
+      const release = await call('POST', `/v1/datasets/${dataset.id}/releases`, { body, idempotencyKey: key });
+      previewed = null;
+      clear(result).append(outcome);
+      outcome.append(h('p', { class: 'success', role: 'status' }, h('span', { 'aria-hidden': 'true' }, '✓ '),
+        `Released #${release.seq}: charged ε ${num(release.cost.epsilon)}; ${num(release.budget.remaining)} remains.`));
+      releaseButton.textContent = 'Release';
+      await onReleased(release, labels);
+    } catch (error) {
+      // A refusal charged nothing; only a lost answer (status 0) is worth retrying with this key.
+      if (!(error instanceof Problem) || error.status !== 0) previewed = null;
+      clear(result).append(problemBox(error));
+      releaseButton.disabled = !previewed;
+      if (previewed) releaseButton.textContent = 'Retry release (same Idempotency-Key)';
+      else releaseButton.textContent = 'Release';
+      await onReleased(null, null).catch(() => {});
+    } finally {
+      releaseButton.setAttribute('aria-busy', 'false');
+      busy(previewButton, false);
+      if (!previewed) releaseButton.disabled = true;
+    }
+  });
+  return form;
+}
+
+async function renderDataset(datasetId) {
+  const dataset = await call('GET', `/v1/datasets/${encodeURIComponent(datasetId)}`);
+  const budgetSlot = h('div');
+  const chartSlot = h('div');
+  const tableSlot = h('div');
+  const outputSlot = h('div', { class: 'output', 'aria-live': 'polite' });
+  const cursors = [null]; // `before` of each page shown so far
+  let page = 0;
+
+  const showOutput = (release, labels) => {
+    const values = release.distribution;
+    clear(outputSlot).append(h('h3', {}, `Output of release #${release.seq}`), labels && values
+      ? barChart(values.slice(0, MAX_DRAWN_CELLS), labels, `Release #${release.seq}: a distribution over ${values.length} cells`)
+      : outputChart(release));
+  };
+
+  const loadLedger = async () => {
+    const [budget, history] = await Promise.all([
+      call('GET', `/v1/datasets/${dataset.id}/budget`),
+      allReleases(dataset.id),
+    ]);
+    clear(budgetSlot).append(budgetSummary(dataset, budget));
+    clear(chartSlot).append(spendChart({
+      releases: history.items, total: budget.total, order: budget.order, start: dataset.created_at, end: Date.now(),
+    }));
+    if (!history.complete) chartSlot.append(h('p', { class: 'muted' }, `The chart shows the first ${history.items.length} releases.`));
+    return history;
+  };
+
+  const loadPage = async () => {
+    const query = new URLSearchParams({ limit: String(PAGE) });
+    if (cursors[page] !== null) query.set('before', String(cursors[page]));
+    const list = await call('GET', `/v1/datasets/${dataset.id}/releases?${query}`);
+    cursors[page + 1] = list.next_before ?? null;
+    const rows = list.items.map((r) => h('tr', { 'data-seq': r.seq },
+      h('td', { class: 'num' }, String(r.seq)),
+      h('td', {}, r.label ?? h('span', { class: 'muted' }, '—')),
+      h('td', {}, r.mechanism?.kind ?? '—', Array.isArray(r.distributions) ? h('span', { class: 'tag' }, `table ×${r.distributions.length}`) : null),
+      h('td', { class: 'params' }, mechanismParameters(r.mechanism)),
+      h('td', { class: 'num' }, num(r.cost.epsilon)),
+      h('td', {}, r.created_by),
+      h('td', {}, h('time', { datetime: r.created_at }, when(r.created_at))),
+      h('td', {}, h('button', {
+        type: 'button', class: 'secondary small', 'aria-label': `Show the output of release ${r.seq}`,
+        onclick: () => { showOutput(r); outputSlot.scrollIntoView({ block: 'nearest' }); announce(`Showing release ${r.seq}.`); },
+      }, 'Show'))));
+    const older = h('button', { type: 'button', class: 'secondary', disabled: list.next_before == null }, 'Older →');
+    const newer = h('button', { type: 'button', class: 'secondary', disabled: page === 0 }, '← Newer');
+    older.addEventListener('click', async () => { page += 1; await loadPage(); });
+    newer.addEventListener('click', async () => { page -= 1; await loadPage(); });
+    clear(tableSlot).append(
+      rows.length ? h('div', { class: 'table-scroll' }, h('table', { class: 'releases' },
+        h('caption', {}, `Releases, newest first (page ${page + 1})`),
+        h('thead', {}, h('tr', {}, ['#', 'Label', 'Mechanism', 'Parameters', 'Cost (ε)', 'Who', 'When', 'Output'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, rows)))
+        : h('p', { class: 'empty' }, 'No releases yet.'),
+      h('div', { class: 'pager' }, newer, older));
+    return list;
+  };
+
+  const form = releaseForm(dataset, async (release, labels) => {
+    page = 0;
+    cursors.length = 1;
+    await Promise.all([loadLedger(), loadPage()]);
+    if (release) showOutput(release, labels);
+  });
+
+  clear(main).append(
+    h('p', { class: 'crumbs' }, h('a', { href: '#/' }, '← Datasets')),
+    h('h1', {}, dataset.name),
+    h('p', { class: 'meta' },
+      `Relation: ${dataset.neighbouring.replaceAll('_', ' ')} · order λ = ${num(dataset.budget.order)} · budget ${num(ledgerTotal(dataset))}`,
+      dataset.budget.delta != null ? ` (ε ${num(dataset.budget.epsilon)}, δ ${dataset.budget.delta})` : '',
+      ` · created ${when(dataset.created_at)} · `, h('code', {}, dataset.id)),
+    budgetSlot,
+    section('Spend over time', chartSlot),
+    section('Preview and release', form),
+    section('Releases', tableSlot, outputSlot));
+  const [history, list] = await Promise.all([loadLedger(), loadPage()]);
+  const latest = list.items[0] || history.items[history.items.length - 1];
+  if (latest) showOutput(latest);
+}
+
+// ------------------------------------------------------------------ admin forms
+
+function renderNewDataset() {
+  const name = h('input', { type: 'text', required: true, maxlength: 200, autocomplete: 'off' });
+  const kind = h('select', {}, h('option', { value: 'rdp' }, 'Rényi-DP: ε at order λ'), h('option', { value: 'dp' }, '(ε, δ)-DP target'));
+  const epsilon = numberInput({ min: 0, required: true, value: '1' });
+  const order = numberInput({ min: 1, value: '2' });
+  const delta = numberInput({ min: 0, max: 1, value: '1e-6' });
+  const relation = h('select', {}, h('option', { value: 'replace_one' }, 'replace one record (Δ2² = 2, Δ∞ = 1)'), h('option', { value: 'add_remove_one' }, 'add or remove one record'));
+  const deltaField = field('δ', delta, 'The (ε, δ) target is converted to a Rényi-DP budget at the order (chosen for you when left empty).');
+  const orderHint = h('span');
+  const sync = () => {
+    deltaField.hidden = kind.value !== 'dp';
+    order.required = kind.value === 'rdp';
+    if (kind.value === 'dp' && order.value === '2') order.value = '';
+  };
+  kind.addEventListener('change', sync);
+  const errors = h('div', { 'aria-live': 'polite' });
+  const button = h('button', { type: 'submit' }, 'Register');
+  const form = h('form', { class: 'card narrow', method: 'post', novalidate: true },
+    h('h1', {}, 'Register a dataset'),
+    field('Name', name),
+    field('Budget kind', kind),
+    field('ε', epsilon),
+    field('Order λ', order, orderHint),
+    deltaField,
+    field('Neighbouring relation', relation),
+    errors, button);
+  orderHint.textContent = 'The ledger keeps every charge at this Rényi order.';
+  sync();
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    clear(errors);
+    const budget = { epsilon: Number(epsilon.value) };
+    if (order.value !== '') budget.order = Number(order.value);
+    if (kind.value === 'dp') budget.delta = Number(delta.value);
+    busy(button, true);
+    try {
+      const created = await call('POST', '/v1/datasets', { body: { name: name.value, budget, neighbouring: relation.value } });
+      announce(`Registered ${created.name}.`);
+      location.hash = `#/datasets/${created.id}`;
+    } catch (error) {
+      errors.append(problemBox(error));
+    } finally {
+      busy(button, false);
+    }
+  });
+  clear(main).append(form);
+  name.focus();
+}
+
+async function renderNewToken() {
+  const list = await call('GET', '/v1/datasets');
+  const boxes = list.items.map((d) => {
+    const box = h('input', { type: 'checkbox', value: d.id, id: id('ds') });
+    return h('div', { class: 'check' }, box, h('label', { for: box.id }, d.name, ' ', h('code', { class: 'muted' }, d.id.slice(-8))));
+  });
+  const errors = h('div', { 'aria-live': 'polite' });
+  const result = h('div', { 'aria-live': 'polite' });
+  const button = h('button', { type: 'submit', disabled: !boxes.length }, 'Create token');
+  const form = h('form', { class: 'card narrow', method: 'post', novalidate: true },
+    h('h1', {}, 'New analyst token'),
+    h('fieldset', {}, h('legend', {}, 'Datasets the token may read and release from'),
+      boxes.length ? boxes : h('p', { class: 'empty' }, 'Register a dataset first.')),
+    errors, button, result);
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    clear(errors);
+    clear(result);
+    const datasets = [...form.querySelectorAll('input[type=checkbox]:checked')].map((b) => b.value);
+    busy(button, true);
+    try {
+      const created = await call('POST', '/v1/tokens', { body: { datasets } });
+      const output = h('input', { type: 'text', readonly: true, value: created.token, class: 'token-output', id: id('token'), spellcheck: 'false' });
+      const copy = h('button', { type: 'button', class: 'secondary' }, 'Copy');
+      const copied = h('span', { class: 'muted', 'aria-live': 'polite' });
+      copy.addEventListener('click', async () => {
+        try {
+          await navigator.clipboard.writeText(output.value);
+          copied.textContent = 'Copied.';
+        } catch {
+          output.select();
+          copied.textContent = 'Selected: press Ctrl+C (⌘C) to copy.';
+        }
+      });
+      result.append(h('div', { class: 'token-result' },
+        h('p', { class: 'notice' }, h('strong', {}, 'Shown once. '), 'Copy the token now: the service stores only its SHA-256.'),
+        h('label', { for: output.id }, `Analyst token ${created.id} for ${created.datasets.length} dataset${created.datasets.length === 1 ? '' : 's'}`),
+        h('div', { class: 'copy-row' }, output, copy), copied));
+      for (const b of form.querySelectorAll('input[type=checkbox]')) b.checked = false;
+      output.focus();
+      output.select();
+    } catch (error) {
+      errors.append(problemBox(error));
+    } finally {
+      busy(button, false);
+    }
+  });
+  clear(main).append(form);
+}
+
+// ------------------------------------------------------------------ routing
+
+async function route(message) {
+  const me = session();
+  renderFrame();
+  if (!me) {
+    renderSignIn(message);
+    return;
+  }
+  const hash = location.hash.startsWith('#/') ? location.hash.slice(1) : '/';
+  clear(main).append(h('p', { class: 'loading', role: 'status' }, 'Loading…'));
+  try {
+    const match = hash.match(/^\/datasets\/([0-9a-fA-F-]{36})$/);
+    if (match) await renderDataset(match[1]);
+    else if (hash === '/new-dataset' && me.role === 'admin') renderNewDataset();
+    else if (hash === '/new-token' && me.role === 'admin') await renderNewToken();
+    else await renderDatasets();
+    const heading = main.querySelector('h1');
+    if (heading) document.title = `${heading.textContent} · dirichlet-release console`;
+  } catch (error) {
+    if (error instanceof Problem && error.status === 401) {
+      clearSession();
+      renderFrame();
+      renderSignIn('The token was refused (401); sign in again.');
+      return;
+    }
+    clear(main).append(h('h1', {}, 'Something went wrong'), problemBox(error), h('p', {}, h('a', { href: '#/' }, 'Back to the datasets')));
+  }
+}
+
+window.addEventListener('hashchange', () => {
+  if (location.hash.startsWith('#/') || location.hash === '') {
+    route().then(() => main.focus({ preventScroll: true }));
+  }
+});
+route();

@@ -1,0 +1,330 @@
+// End-to-end test of /console in the system's headless Chromium, driven by playwright-core.
+// scripts/console-test.sh starts the server and sets BASE, ADMIN, OUT and CHROMIUM.
+//
+// The scenario: sign in as the admin, register two datasets, create an analyst token for one,
+// preview and release twice (the spend chart moves), sort the datasets by remaining budget,
+// sign in as the analyst (by keyboard) and see only that dataset, preview a release that does not
+// fit, and see a 409 refusal when another client spends the budget between preview and release.
+// Throughout: no request URL carries a token, nothing is written to localStorage or cookies,
+// every /console response carries the security headers, no CSP violation or script error occurs,
+// and every form control has a label. Screenshots go to $OUT.
+
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { chromium } from 'playwright-core';
+
+const BASE = process.env.BASE;
+const ADMIN = process.env.ADMIN;
+const OUT = process.env.OUT || 'target/console-artifacts';
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+assert.ok(BASE && ADMIN, 'set BASE and ADMIN');
+mkdirSync(OUT, { recursive: true });
+
+const secrets = [ADMIN];
+const problems = [];
+const consoleResponses = [];
+let releaseKeys = [];
+
+function step(name) {
+  console.log(`  - ${name}`);
+}
+
+async function api(method, path, token, body) {
+  const response = await fetch(`${BASE}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: response.status, body: await response.json() };
+}
+
+function watch(page) {
+  page.on('request', (request) => {
+    const url = request.url();
+    for (const secret of secrets) {
+      if (url.includes(secret) || url.includes(encodeURIComponent(secret))) {
+        problems.push(`a token in a request URL: ${request.method()} ${url.replace(secret, '<token>')}`);
+      }
+    }
+    if (url.includes('dra_')) problems.push(`an analyst token prefix in a URL: ${url}`);
+    const path = new URL(url).pathname;
+    if (path.startsWith('/console') && request.headers().authorization) {
+      problems.push(`a console asset request carried Authorization: ${path}`);
+    }
+    if (request.method() === 'POST' && /\/releases$/.test(path)) {
+      releaseKeys.push(request.headers()['idempotency-key']);
+    }
+  });
+  page.on('response', (response) => {
+    const path = new URL(response.url()).pathname;
+    if (path === '/console' || path.startsWith('/console/')) consoleResponses.push(response);
+  });
+  page.on('console', (message) => {
+    const text = message.text();
+    // A refused fetch (the 409 this test provokes) is logged by Chromium as a failed resource.
+    if (message.type() === 'error' && !/Failed to load resource: the server responded with a status of 4\d\d/.test(text)) {
+      problems.push(`browser console error: ${text}`);
+    }
+  });
+  page.on('pageerror', (error) => problems.push(`script error: ${error.message}`));
+}
+
+async function assertLabelled(page, where) {
+  const unlabelled = await page.evaluate(() => [...document.querySelectorAll('input, select, textarea, button')]
+    .filter((el) => !el.closest('[hidden]'))
+    .filter((el) => {
+      if (el.tagName === 'BUTTON') return !(el.textContent.trim() || el.getAttribute('aria-label'));
+      return !(el.labels && el.labels.length) && !el.getAttribute('aria-label');
+    })
+    .map((el) => el.outerHTML.slice(0, 120)));
+  assert.deepEqual(unlabelled, [], `controls without a label on ${where}`);
+}
+
+async function assertNoStoredToken(page, where) {
+  const storage = await page.evaluate(() => ({
+    local: Object.keys(localStorage).length,
+    cookie: document.cookie,
+    session: JSON.stringify(Object.fromEntries(Object.entries(sessionStorage))),
+  }));
+  assert.equal(storage.local, 0, `localStorage is used (${where})`);
+  assert.equal(storage.cookie, '', `a cookie is set (${where})`);
+  return storage.session;
+}
+
+async function signIn(page, token) {
+  await page.getByLabel('Bearer token').fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('button', { name: 'Sign out' }).waitFor();
+}
+
+async function spend(page) {
+  const chart = page.locator('svg.spend-chart');
+  await chart.waitFor();
+  return { points: Number(await chart.getAttribute('data-points')), spent: Number(await chart.getAttribute('data-spent')) };
+}
+
+async function previewAndRelease(page, counts, epsilon) {
+  await page.getByLabel('Counts').fill(counts);
+  await page.getByLabel('ε (privacy cost to calibrate to)').fill(String(epsilon));
+  await page.getByRole('button', { name: 'Preview' }).click();
+  const preview = page.locator('dl.preview');
+  await preview.waitFor();
+  return preview;
+}
+
+const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, deviceScaleFactor: 1 });
+  await context.grantPermissions(['clipboard-read', 'clipboard-write'], { origin: BASE });
+  const page = await context.newPage();
+  watch(page);
+
+  step('the console loads and asks for a token');
+  await page.goto(`${BASE}/console`);
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  await assertLabelled(page, 'sign-in');
+  await page.screenshot({ path: `${OUT}/sign-in.png` });
+
+  step('a wrong token is refused with the problem title and detail');
+  await page.getByLabel('Bearer token').fill('not-the-admin-token');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  const refusedSignIn = page.locator('.problem');
+  await refusedSignIn.waitFor();
+  assert.equal(await refusedSignIn.getAttribute('data-status'), '401');
+  assert.match(await refusedSignIn.textContent(), /Unauthorized.*a valid bearer token is required/s);
+
+  step('sign in as the admin');
+  await signIn(page, ADMIN);
+  await page.getByRole('heading', { name: 'Datasets' }).waitFor();
+  assert.match(await page.locator('.role').textContent(), /Admin/);
+  const adminSession = await assertNoStoredToken(page, 'after admin sign-in');
+  assert.ok(adminSession.includes(ADMIN), 'the token is kept in sessionStorage');
+
+  step('register an RDP dataset and an (ε, δ) dataset');
+  await page.getByRole('link', { name: 'Register dataset' }).click();
+  await page.getByLabel('Name').fill('visits per diagnosis');
+  await page.getByLabel('ε', { exact: true }).fill('1');
+  await page.getByLabel('Order λ').fill('2');
+  await assertLabelled(page, 'register');
+  await page.getByRole('button', { name: 'Register' }).click();
+  await page.getByRole('heading', { name: 'visits per diagnosis' }).waitFor();
+  const visitsId = new URL(page.url()).hash.split('/').pop();
+  assert.match(visitsId, /^[0-9a-f-]{36}$/);
+  assert.deepEqual(await spend(page), { points: 0, spent: 0 });
+
+  await page.getByRole('link', { name: 'Register dataset' }).click();
+  await page.getByLabel('Name').fill('survey answers');
+  await page.getByLabel('Budget kind').selectOption('dp');
+  await page.getByLabel('ε', { exact: true }).fill('3');
+  await page.getByLabel('δ').fill('1e-6');
+  await page.getByLabel('Neighbouring relation').selectOption('add_remove_one');
+  await page.getByRole('button', { name: 'Register' }).click();
+  await page.getByRole('heading', { name: 'survey answers' }).waitFor();
+  assert.match(await page.locator('.budget-summary').textContent(), /\(ε, δ\)|δ = 0\.000001|δ = 1e-6/);
+
+  step('an invalid registration shows the 422 problem');
+  await page.getByRole('link', { name: 'Register dataset' }).click();
+  await page.getByLabel('Name').fill('broken');
+  await page.getByLabel('ε', { exact: true }).fill('-1');
+  await page.getByRole('button', { name: 'Register' }).click();
+  const invalid = page.locator('.problem');
+  await invalid.waitFor();
+  assert.equal(await invalid.getAttribute('data-status'), '422');
+  assert.match(await invalid.textContent(), /Invalid request/);
+
+  step('create an analyst token for the first dataset (shown once, copyable)');
+  await page.getByRole('link', { name: 'New analyst token' }).click();
+  await page.getByLabel(/visits per diagnosis/).check();
+  await assertLabelled(page, 'new token');
+  await page.getByRole('button', { name: 'Create token' }).click();
+  const tokenField = page.locator('input.token-output');
+  await tokenField.waitFor();
+  const analyst = await tokenField.inputValue();
+  assert.match(analyst, /^dra_[0-9a-f]+_/);
+  secrets.push(analyst);
+  await page.getByRole('button', { name: 'Copy' }).click();
+  await page.getByText('Copied.').waitFor();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), analyst);
+  await page.screenshot({ path: `${OUT}/token.png` });
+
+  step('preview and release twice: the spend chart moves');
+  await page.goto(`${BASE}/console#/datasets/${visitsId}`);
+  await page.getByRole('heading', { name: 'visits per diagnosis' }).waitFor();
+  assert.equal((await spend(page)).points, 0);
+  let preview = await previewAndRelease(page, '120, 45, 3, 0, 17, 9', 0.4);
+  assert.equal(await preview.getAttribute('data-admissible'), 'true');
+  assert.match(await preview.locator('.cost').textContent(), /ε 0\.4 at order λ = 2/);
+  assert.match(await preview.textContent(), /Forecast ℓ2 error/);
+  assert.equal((await spend(page)).points, 0, 'a preview spends nothing');
+  await assertLabelled(page, 'dataset');
+  await page.getByRole('button', { name: /Release \(spends ε 0\.4\)/ }).click();
+  await page.getByText(/Released #1/).waitFor();
+  await page.locator('svg.spend-chart[data-points="1"]').waitFor();
+  assert.ok(Math.abs((await spend(page)).spent - 0.4) < 1e-9);
+  await page.locator('svg.bar-chart[data-cells="6"]').waitFor();
+
+  preview = await previewAndRelease(page, 'flu,cold,measles,mumps,covid,other\n118,47,3,1,17,9', 0.4);
+  await page.getByRole('button', { name: /Release \(spends/ }).click();
+  await page.getByText(/Released #2/).waitFor();
+  await page.locator('svg.spend-chart[data-points="2"]').waitFor();
+  assert.ok(Math.abs((await spend(page)).spent - 0.8) < 1e-9);
+  assert.match(await page.locator('svg.bar-chart').textContent(), /measles/, 'CSV header names label the bars');
+  assert.equal(await page.locator('table.releases tbody tr').count(), 2);
+  assert.equal(releaseKeys.length, 2);
+  for (const key of releaseKeys) assert.match(key, /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  assert.notEqual(releaseKeys[0], releaseKeys[1], 'a fresh Idempotency-Key per previewed release');
+  await page.getByRole('button', { name: 'Show the output of release 1' }).click();
+  await page.locator('figcaption', { hasText: 'Release #1' }).waitFor();
+  await page.screenshot({ path: `${OUT}/dataset.png`, fullPage: true });
+
+  step('the datasets list sorts by remaining budget');
+  await page.getByRole('link', { name: 'Datasets', exact: true }).click();
+  await page.locator('table.datasets').waitFor();
+  await page.getByRole('button', { name: /Remaining/ }).click();
+  let names = await page.locator('table.datasets tbody th').allTextContents();
+  assert.deepEqual(names, ['visits per diagnosis', 'survey answers'], 'ascending: least remaining first');
+  assert.equal(await page.locator('th[aria-sort="ascending"]').count(), 1);
+  await page.getByRole('button', { name: /Remaining/ }).click();
+  names = await page.locator('table.datasets tbody th').allTextContents();
+  assert.deepEqual(names, ['survey answers', 'visits per diagnosis']);
+  await page.getByRole('button', { name: /Remaining/ }).click();
+  await page.screenshot({ path: `${OUT}/datasets.png` });
+
+  step('sign out; sign in as the analyst with the keyboard only');
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  assert.equal(await page.evaluate(() => sessionStorage.length), 0, 'sign-out forgets the token');
+  await page.reload();
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  assert.equal(await page.evaluate(() => document.activeElement.type), 'password', 'the token field has the focus');
+  await page.keyboard.type(analyst);
+  await page.keyboard.press('Enter');
+  await page.getByRole('button', { name: 'Sign out' }).waitFor();
+  assert.match(await page.locator('.role').textContent(), /Analyst/);
+  await page.locator('table.datasets').waitFor();
+  names = await page.locator('table.datasets tbody th').allTextContents();
+  assert.deepEqual(names, ['visits per diagnosis'], 'an analyst sees only its datasets');
+  assert.equal(await page.getByRole('link', { name: 'Register dataset' }).count(), 0, 'no admin forms for an analyst');
+  await page.goto(`${BASE}/console#/new-token`);
+  await page.getByRole('heading', { name: 'Datasets' }).waitFor();
+
+  step('a preview that does not fit cannot be released');
+  // Keyboard only: Tab to the dataset's link and follow it with Enter.
+  for (let i = 0; i < 20; i += 1) {
+    await page.keyboard.press('Tab');
+    if (await page.evaluate(() => document.activeElement.textContent === 'visits per diagnosis')) break;
+  }
+  assert.equal(await page.evaluate(() => document.activeElement.tagName), 'A', 'the dataset link is reachable by Tab');
+  await page.keyboard.press('Enter');
+  await page.getByRole('heading', { name: 'visits per diagnosis' }).waitFor();
+  preview = await previewAndRelease(page, '118, 47, 3, 1, 17, 9', 0.5);
+  assert.equal(await preview.getAttribute('data-admissible'), 'false');
+  assert.match(await preview.textContent(), /No — only 0\.2 remains/);
+  assert.ok(await page.getByRole('button', { name: /Release \(does not fit\)/ }).isDisabled());
+
+  step('another client spends the budget between preview and release: 409 shown clearly');
+  preview = await previewAndRelease(page, '118, 47, 3, 1, 17, 9', 0.15);
+  assert.equal(await preview.getAttribute('data-admissible'), 'true');
+  const meanwhile = await api('POST', `/v1/datasets/${visitsId}/releases`, ADMIN, { counts: [1, 2, 3, 4, 5, 6], epsilon: 0.1 });
+  assert.equal(meanwhile.status, 201);
+  await page.getByRole('button', { name: /Release \(spends/ }).click();
+  const refusal = page.locator('.problem');
+  await refusal.waitFor();
+  assert.equal(await refusal.getAttribute('data-status'), '409');
+  assert.match(await refusal.locator('.problem-title').textContent(), /Privacy budget exhausted/);
+  assert.match(await refusal.locator('.problem-detail').textContent(), /exceed|remain/);
+  assert.ok(await page.getByRole('button', { name: 'Release', exact: true }).isDisabled(), 'a refusal needs a new preview');
+  await page.locator('svg.spend-chart[data-points="3"]').waitFor();
+  await page.screenshot({ path: `${OUT}/refusal.png`, fullPage: true });
+  const analystSession = await assertNoStoredToken(page, 'analyst');
+  assert.ok(analystSession.includes(analyst) && !analystSession.includes(ADMIN));
+
+  step('a table release (distributions) and a label are drawn as a heat map');
+  // This branch's API has no table releases yet; the real listing is extended in flight with
+  // the documented shape so that the console's handling of it is exercised.
+  await page.route(/\/v1\/datasets\/[^/]+\/releases\?limit=10$/, async (route) => {
+    const response = await route.fetch();
+    const body = await response.json();
+    body.items[0] = { ...body.items[0], label: 'by region', distribution: undefined, distributions: [[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.25, 0.25, 0.5]] };
+    await route.fulfill({ response, json: body });
+  });
+  await page.reload();
+  await page.locator('table.releases').waitFor();
+  assert.equal(await page.locator('table.releases tbody tr').first().locator('td').nth(1).textContent(), 'by region');
+  await page.locator('svg.heat-map[data-rows="3"]').waitFor();
+  await page.locator('.output').screenshot({ path: `${OUT}/table-output.png` });
+  await page.unroute(/\/v1\/datasets\/[^/]+\/releases\?limit=10$/);
+
+  step('a narrow window: no page-wide horizontal scrolling');
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.goto(`${BASE}/console#/`);
+  await page.locator('table.datasets').waitFor();
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the page scrolls sideways by ${overflow}px at 390px`);
+  await page.screenshot({ path: `${OUT}/datasets-narrow.png`, fullPage: true });
+  await page.goto(`${BASE}/console#/datasets/${visitsId}`);
+  await page.locator('svg.spend-chart').waitFor();
+  const overflowDataset = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflowDataset <= 0, `the dataset page scrolls sideways by ${overflowDataset}px at 390px`);
+
+  step('every console response carried the security headers');
+  assert.ok(consoleResponses.length >= 6, `only ${consoleResponses.length} console responses seen`);
+  for (const response of consoleResponses) {
+    const headers = await response.allHeaders();
+    const where = new URL(response.url()).pathname;
+    const csp = headers['content-security-policy'] || '';
+    assert.match(csp, /default-src 'self'/, `CSP on ${where}`);
+    assert.match(csp, /frame-ancestors 'none'/, `frame-ancestors on ${where}`);
+    assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval|https?:/, `a loose CSP on ${where}`);
+    assert.equal(headers['x-content-type-options'], 'nosniff', where);
+    assert.equal(headers['referrer-policy'], 'no-referrer', where);
+  }
+  assert.deepEqual(problems, []);
+  await context.close();
+  console.log(`console test: all steps passed; screenshots in ${OUT}`);
+} catch (error) {
+  if (problems.length) console.error('also seen:', problems);
+  throw error;
+} finally {
+  await browser.close();
+}
