@@ -13,4 +13,5 @@ pub mod privacy;
 pub mod release;
 pub mod startup;
 pub mod store;
+pub mod table;
 pub mod telemetry;

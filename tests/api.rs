@@ -904,6 +904,252 @@ async fn a_timed_out_release_is_a_problem_and_never_half_written(backend: Backen
     assert_eq!(consistent_snapshots, 5);
 }
 
+fn assert_table(v: &Value, rows: usize, cells: usize) {
+    let table = v.as_array().expect("distributions is an array");
+    assert_eq!(table.len(), rows);
+    for row in table {
+        assert_distribution(row, cells);
+    }
+}
+
+/// A table of disjoint groups is released, replayed, listed and shown as one release with one
+/// charge: the price of one vector of its row length, for every mechanism.
+async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(2.0, 100.0).await;
+    let path = format!("/v1/datasets/{id}/releases");
+    let table = json!([[12, 0, 3, 1], [0, 7, 7, 2], [1, 1, 1, 1]]);
+    let counts = json!([12, 0, 3, 1]);
+
+    // Preview: one forecast per row, priced as one 4-cell vector, nothing charged.
+    let preview = |body: Value| {
+        let app = &app;
+        let id = &id;
+        async move {
+            let response = app
+                .post(&format!("/v1/datasets/{id}/releases/preview"), ADMIN_TOKEN, &body)
+                .await;
+            assert_eq!(response.status(), StatusCode::OK, "{body}");
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let table_preview = preview(json!({"table": table, "epsilon": 0.5})).await;
+    let vector_preview = preview(json!({"counts": counts, "epsilon": 0.5})).await;
+    assert_eq!(table_preview["cost"], vector_preview["cost"]);
+    assert!(table_preview.get("forecast").is_none(), "{table_preview}");
+    let forecasts = table_preview["forecasts"].as_array().unwrap();
+    assert_eq!(forecasts.len(), 3);
+    // Rows in order, each forecast as the same request on that row alone would be.
+    for (row, forecast) in table.as_array().unwrap().iter().zip(forecasts) {
+        let alone = preview(json!({"counts": row, "epsilon": 0.5})).await;
+        assert_eq!(*forecast, alone["forecast"], "{row}");
+        assert!(forecast["l2_bound"].as_f64().unwrap() > 0.0);
+    }
+    assert_ne!(forecasts[0], forecasts[2]);
+    let baseline = preview(json!({"table": table, "epsilon": 0.5, "mechanism": "laplace"})).await;
+    assert_eq!(baseline["forecasts"], json!([null, null, null]));
+    assert_eq!(app.budget(&id).await["releases"], 0);
+
+    // Release with a label and a key.
+    let label = "NB feature 7 | by class";
+    let body = json!({"table": table, "epsilon": 0.5, "label": label});
+    let response = app.post_with_key(&path, ADMIN_TOKEN, "table-1", &body).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+    let released: Value = response.json().await.unwrap();
+    assert_table(&released["distributions"], 3, 4);
+    assert!(released.get("distribution").is_none(), "{released}");
+    assert_eq!(released["label"], label);
+    assert_eq!(released["cost"], vector_preview["cost"]);
+    assert!(spends_exactly(released["cost"]["epsilon"].as_f64().unwrap(), 0.5));
+    let budget = app.budget(&id).await;
+    assert_eq!(budget["releases"], 1);
+    assert_eq!(budget["spent"], released["cost"]["epsilon"]);
+    // Rows are drawn independently: no two rows are equal.
+    let rows = released["distributions"].as_array().unwrap();
+    assert!(rows[0] != rows[1] && rows[1] != rows[2]);
+
+    // A retry replays the stored table and charges nothing.
+    let again = app.post_with_key(&path, ADMIN_TOKEN, "table-1", &body).await;
+    assert_eq!(again.status(), StatusCode::CREATED);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["id"], released["id"]);
+    assert_eq!(again["distributions"], released["distributions"]);
+    assert_eq!(again["label"], label);
+    // The label is part of the request: the same key with another label is another request.
+    let relabelled = json!({"table": table, "epsilon": 0.5, "label": "other"});
+    assert_problem(
+        app.post_with_key(&path, ADMIN_TOKEN, "table-1", &relabelled).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency-key-reused",
+    )
+    .await;
+    assert_eq!(app.budget(&id).await["releases"], 1);
+
+    // GET by id and the listing return the table and its label.
+    let shown: Value = app.get(&location, ADMIN_TOKEN).await.json().await.unwrap();
+    assert_eq!(shown["distributions"], released["distributions"]);
+    assert_eq!(shown["label"], label);
+    assert!(shown.get("distribution").is_none());
+
+    // A labelled vector, and an unlabelled one (no label field at all).
+    let response = app
+        .post(&path, ADMIN_TOKEN, &json!({"counts": counts, "epsilon": 0.5, "label": "class prior"}))
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let vector: Value = response.json().await.unwrap();
+    assert_eq!(vector["label"], "class prior");
+    assert_distribution(&vector["distribution"], 4);
+    assert!(vector.get("distributions").is_none());
+    let response = app
+        .post(&path, ADMIN_TOKEN, &json!({"counts": counts, "epsilon": 0.5}))
+        .await;
+    let plain: Value = response.json().await.unwrap();
+    assert!(plain.get("label").is_none(), "{plain}");
+
+    let listed: Value = app.get(&path, ADMIN_TOKEN).await.json().await.unwrap();
+    let items = listed["items"].as_array().unwrap();
+    assert_eq!(items.len(), 3);
+    assert_eq!(items[2]["id"], released["id"]);
+    assert_eq!(items[2]["distributions"], released["distributions"]);
+    assert_eq!(items[2]["label"], label);
+    assert_eq!(items[1]["label"], "class prior");
+    assert_eq!(items[1]["distribution"], vector["distribution"]);
+
+    // Every mechanism: the table costs exactly what the same request on one row costs.
+    let mechanisms = [
+        json!({"epsilon": 0.5, "mechanism": "dirichlet", "prior": 2.0}),
+        json!({"epsilon": 0.5, "mechanism": "posterior", "r": 0.5}),
+        json!({"epsilon": 0.5, "mechanism": "diffuse", "alpha": [10.0, 11.0, 12.0, 13.0]}),
+        json!({"mechanism": "explicit", "r": 0.1, "alpha": 5.0}),
+        json!({"epsilon": 0.5, "mechanism": "gaussian"}),
+        json!({"mechanism": "gaussian", "sigma": 3.0}),
+        json!({"epsilon": 0.5, "mechanism": "laplace"}),
+        json!({"mechanism": "laplace", "scale": 4.0}),
+    ];
+    for m in mechanisms {
+        let mut as_table = m.clone();
+        as_table["table"] = table.clone();
+        let mut as_vector = m.clone();
+        as_vector["counts"] = counts.clone();
+        let before = app.budget(&id).await;
+        let response = app.post(&path, ADMIN_TOKEN, &as_table).await;
+        assert_eq!(response.status(), StatusCode::CREATED, "{as_table}");
+        let t: Value = response.json().await.unwrap();
+        assert_table(&t["distributions"], 3, 4);
+        assert_eq!(t["mechanism"]["kind"], m["mechanism"]);
+        let v = preview(as_vector).await;
+        assert_eq!(t["cost"], v["cost"], "{m}");
+        let after = app.budget(&id).await;
+        assert_eq!(after["releases"].as_i64(), before["releases"].as_i64().map(|n| n + 1));
+        assert_eq!(
+            after["spent"].as_f64().unwrap(),
+            before["spent"].as_f64().unwrap() + t["cost"]["epsilon"].as_f64().unwrap()
+        );
+    }
+
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("dirichlet_table_releases_total{mechanism=\"dirichlet\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("dirichlet_table_rows_total{mechanism=\"dirichlet\"} 6"));
+    assert!(metrics.contains("dirichlet_table_releases_total{mechanism=\"laplace\"} 2"));
+    assert!(metrics.contains("dirichlet_releases_total{mechanism=\"dirichlet\"} 4"));
+    assert!(!metrics.contains(label), "labels never reach the metrics");
+}
+
+/// Malformed tables and labels are clear 422s that charge nothing.
+async fn invalid_tables_and_labels_are_refused(backend: Backend) {
+    let app = spawn_app_with(backend, |s| s.max_dimension = 10).await;
+    let id = app.create_dataset(2.0, 1.0).await;
+    let path = format!("/v1/datasets/{id}/releases");
+    let ok = json!([[5, 3], [1, 1]]);
+    let cases = [
+        (json!({"table": ok, "counts": [5, 3], "epsilon": 0.1}), "table", "not both"),
+        (json!({"epsilon": 0.1}), "counts", "is required"),
+        (json!({"table": [], "epsilon": 0.1}), "table", "at least one row"),
+        (json!({"table": [[5, 3], [1, 1, 1]], "epsilon": 0.1}), "table", "row 1 has 3"),
+        (json!({"table": [[5, 3], [0, 0]], "epsilon": 0.1}), "table", "row 1 is all zeros"),
+        (json!({"table": [[5], [3]], "epsilon": 0.1}), "table", "at least 2 cells"),
+        (json!({"table": [[5, -3], [1, 1]], "epsilon": 0.1}), "table", "row 0"),
+        (json!({"table": [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]], "epsilon": 0.1}), "table", "12 cells in all"),
+        (json!({"table": [[1, 1], [1, 2e15]], "epsilon": 0.1}), "table", "table[1][1]"),
+        (json!({"table": ok, "epsilon": 0.1, "mechanism": "diffuse", "alpha": [1, 2, 3]}), "alpha", "alpha"),
+        (json!({"table": ok, "epsilon": 0.1, "label": ""}), "label", "1 to 200"),
+        (json!({"table": ok, "epsilon": 0.1, "label": "x".repeat(201)}), "label", "1 to 200"),
+        (json!({"counts": [5, 3], "epsilon": 0.1, "label": "a\nb"}), "label", "control"),
+    ];
+    for (body, field, detail) in &cases {
+        let problem = assert_problem(
+            app.post(&path, ADMIN_TOKEN, body).await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
+        if *field != "alpha" {
+            assert_eq!(problem["field"], *field, "{body}: {problem}");
+        }
+        let text = problem["detail"].as_str().unwrap();
+        assert!(text.contains(detail), "{body}: {problem}");
+        assert!(!text.contains("2000000000000000"), "counts are never echoed: {problem}");
+        let preview = app
+            .post(&format!("{path}/preview"), ADMIN_TOKEN, body)
+            .await;
+        assert_eq!(preview.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    }
+    // null is not "absent", and a label of 200 characters is fine.
+    for body in [
+        json!({"table": null, "counts": [5, 3], "epsilon": 0.1}),
+        json!({"table": ok, "epsilon": 0.1, "label": null}),
+        json!({"table": [[5, "x"]], "epsilon": 0.1}),
+    ] {
+        let response = app.post(&path, ADMIN_TOKEN, &body).await;
+        assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    }
+    assert_eq!(app.budget(&id).await["releases"], 0);
+    let long = "é".repeat(200);
+    let response = app
+        .post(&path, ADMIN_TOKEN, &json!({"table": ok, "epsilon": 0.1, "label": long}))
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let released: Value = response.json().await.unwrap();
+    assert_eq!(released["label"], long.as_str());
+
+    // A custom sensitivity does not say how one record moves a table: refused.
+    let response = app
+        .post(
+            "/v1/datasets",
+            ADMIN_TOKEN,
+            &json!({"name": "custom", "budget": {"order": 2, "epsilon": 1.0},
+                    "sensitivity": {"l2_squared": 2.0, "linf": 1.0}}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let custom: Value = response.json().await.unwrap();
+    let custom_path = format!("/v1/datasets/{}/releases", custom["id"].as_str().unwrap());
+    let problem = assert_problem(
+        app.post(&custom_path, ADMIN_TOKEN, &json!({"table": ok, "epsilon": 0.1})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
+    assert!(problem["detail"].as_str().unwrap().contains("custom"), "{problem}");
+    let response = app
+        .post(&custom_path, ADMIN_TOKEN, &json!({"counts": [5, 3], "epsilon": 0.1}))
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+}
+
 on_both_backends!(
     a_timed_out_release_is_a_problem_and_never_half_written,
     story,
@@ -914,4 +1160,6 @@ on_both_backends!(
     idempotent_retries_return_the_stored_release,
     concurrent_releases_never_overspend,
     operational_endpoints,
+    tables_are_released_for_the_price_of_one_vector,
+    invalid_tables_and_labels_are_refused,
 );

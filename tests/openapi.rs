@@ -1176,6 +1176,55 @@ async fn every_response_matches_the_description(backend: Backend) {
         release_ids.push(released.id());
     }
 
+    // Tables (one charge, `distributions`, `forecasts`) and labels, on vectors too.
+    let table = json!([[30, 5, 0, 12], [1, 0, 0, 0], [2, 2, 2, 2]]);
+    for body in [
+        json!({"table": table, "epsilon": 0.5, "label": "NB feature 7 | by class"}),
+        json!({"table": table, "epsilon": 0.5, "mechanism": "posterior", "label": "é".repeat(200)}),
+        json!({"table": table, "epsilon": 0.5, "mechanism": "diffuse", "alpha": [1, 2, 3, 4]}),
+        json!({"table": table, "mechanism": "explicit", "r": 0.1, "alpha": 5.0}),
+        json!({"table": table, "epsilon": 0.5, "mechanism": "gaussian"}),
+        json!({"table": table, "mechanism": "laplace", "scale": 4.0}),
+        json!({"table": [[1, 2]], "epsilon": 0.5}),
+        json!({"counts": counts, "epsilon": 0.5, "label": "class prior"}),
+    ] {
+        let rows = body.get("table").map(|t| t.as_array().unwrap().len());
+        let priced = api
+            .call("previewRelease", &preview)
+            .json(body.clone())
+            .expect(200)
+            .await;
+        let released = api
+            .call("createRelease", &releases)
+            .json(body.clone())
+            .expect(201)
+            .await;
+        let stored = api
+            .call("getRelease", &released.header("location"))
+            .expect(200)
+            .await;
+        assert_eq!(stored.body["label"], body.get("label").cloned().unwrap_or(Value::Null));
+        match rows {
+            Some(rows) => {
+                assert_eq!(priced.body["forecasts"].as_array().unwrap().len(), rows);
+                assert!(priced.body.get("forecast").is_none());
+                let out = released.body["distributions"].as_array().unwrap();
+                assert_eq!(out.len(), rows);
+                assert!(released.body.get("distribution").is_none());
+                assert_eq!(stored.body["distributions"], released.body["distributions"]);
+            }
+            None => {
+                assert!(priced.body.get("forecasts").is_none());
+                assert!(released.body.get("distributions").is_none());
+                assert_eq!(stored.body["distribution"], released.body["distribution"]);
+            }
+        }
+    }
+    api.call("createRelease", &format!("/v1/datasets/{}/releases", custom.id()))
+        .json(json!({"table": table, "epsilon": 0.5}))
+        .problem(422, "invalid-request")
+        .await;
+
     // Idempotent replay, and a key reused for another request.
     let body = json!({"counts": [10, 20, 30, 40], "epsilon": 0.3});
     let first = api
@@ -1281,6 +1330,19 @@ async fn every_response_matches_the_description(backend: Backend) {
             true,
         ),
         (json!({"counts": ok, "epsilon": 0.1, "seed": 42}), true),
+        (json!({"counts": ok, "table": [ok], "epsilon": 0.1}), true),
+        (json!({"table": [], "epsilon": 0.1}), true),
+        (json!({"table": ok, "epsilon": 0.1}), true),
+        (json!({"table": [[5, 3], [1, 1, 1]], "epsilon": 0.1}), false),
+        (json!({"table": [[5, 3], [0, 0]], "epsilon": 0.1}), true),
+        (json!({"table": [[5], [3]], "epsilon": 0.1}), true),
+        (json!({"table": [[5, -3]], "epsilon": 0.1}), true),
+        (json!({"table": null, "counts": ok, "epsilon": 0.1}), true),
+        (json!({"counts": ok, "epsilon": 0.1, "label": ""}), true),
+        (json!({"counts": ok, "epsilon": 0.1, "label": "x".repeat(201)}), true),
+        (json!({"counts": ok, "epsilon": 0.1, "label": "two\nlines"}), true),
+        (json!({"counts": ok, "epsilon": 0.1, "label": null}), true),
+        (json!({"counts": ok, "epsilon": 0.1, "label": 7}), true),
         (json!([]), true),
         (json!({}), true),
     ];

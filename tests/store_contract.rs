@@ -74,6 +74,7 @@ macro_rules! contract_tests {
 }
 
 contract_tests! {
+    tables_and_labels_round_trip => tables_and_labels_round_trip_sqlite, tables_and_labels_round_trip_postgres;
     datasets_round_trip => datasets_round_trip_sqlite, datasets_round_trip_postgres;
     commits_until_exhausted => commits_until_exhausted_sqlite, commits_until_exhausted_postgres;
     grid_rounding_never_admits_more => grid_rounding_never_admits_more_sqlite, grid_rounding_never_admits_more_postgres;
@@ -127,7 +128,8 @@ fn new_release(dataset_id: Uuid, cost: Units, key: Option<&str>) -> NewRelease {
             "calibration": {"target_epsilon": 1.5, "iterations": 17, "note": "ünïcode"}
         }),
         cost,
-        distribution: vec![0.125, 0.375, 0.5],
+        output: Output::Vector(vec![0.125, 0.375, 0.5]),
+        label: None,
         idempotency: key.map(|key| Idempotency {
             key: key.to_owned(),
             fingerprint: fingerprint(key),
@@ -334,7 +336,7 @@ async fn idempotent_retries(f: Fixture) {
 
     // A retry (new release id, same key and request) gets the stored release back.
     let retry = NewRelease {
-        distribution: vec![0.9, 0.1],
+        output: Output::Vector(vec![0.9, 0.1]),
         ..new_release(d.id, cost(0.25), Some("request-1"))
     };
     match commit(store, &retry).await {
@@ -522,11 +524,13 @@ async fn releases_round_trip(f: Fixture) {
     let mut releases = Vec::new();
     for i in 0..5 {
         let mut new = new_release(d.id, cost(0.5), Some(&format!("k{i}")));
-        new.distribution = (0..1000)
-            .map(|j| awkward[(i + j) % awkward.len()] * (j as f64 + 1.0))
-            .collect();
+        new.output = Output::Vector(
+            (0..1000)
+                .map(|j| awkward[(i + j) % awkward.len()] * (j as f64 + 1.0))
+                .collect(),
+        );
         let (release, _) = committed(commit(store, &new).await);
-        assert_eq!(bits(&release.distribution), bits(&new.distribution));
+        assert_eq!(bits(release.output.values()), bits(new.output.values()));
         assert_eq!(release.mechanism, new.mechanism);
         releases.push(release);
     }
@@ -536,7 +540,7 @@ async fn releases_round_trip(f: Fixture) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(bits(&fetched.distribution), bits(&releases[2].distribution));
+    assert_eq!(bits(fetched.output.values()), bits(releases[2].output.values()));
     assert_eq!(fetched.mechanism, releases[2].mechanism);
     assert_eq!(fetched.mechanism["alpha"][2].as_f64(), Some(1e-7));
     assert_eq!(
@@ -574,7 +578,7 @@ async fn releases_round_trip(f: Fixture) {
     assert_eq!(seqs(all.clone()), vec![5, 4, 3, 2, 1]);
     for (listed, original) in all.iter().zip(releases.iter().rev()) {
         assert_eq!(listed.id, original.id);
-        assert_eq!(bits(&listed.distribution), bits(&original.distribution));
+        assert_eq!(bits(listed.output.values()), bits(original.output.values()));
     }
     assert_eq!(
         seqs(store.list_releases(d.id, Some(4), 2).await.unwrap()),
@@ -595,16 +599,16 @@ async fn releases_round_trip(f: Fixture) {
 
     // An empty vector and a large one survive too.
     let mut big = new_release(d.id, cost(0.5), None);
-    big.distribution = (0..200_000).map(|i| (i as f64).sqrt() / 7.0).collect();
+    big.output = Output::Vector((0..200_000).map(|i| (i as f64).sqrt() / 7.0).collect());
     let (big_release, _) = committed(commit(store, &big).await);
     let big_back = store
         .get_release(d.id, big_release.id)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(bits(&big_back.distribution), bits(&big.distribution));
+    assert_eq!(bits(big_back.output.values()), bits(big.output.values()));
     let empty = NewRelease {
-        distribution: vec![],
+        output: Output::Vector(vec![]),
         ..new_release(d.id, cost(0.5), None)
     };
     let (empty_release, _) = committed(commit(store, &empty).await);
@@ -614,9 +618,69 @@ async fn releases_round_trip(f: Fixture) {
             .await
             .unwrap()
             .unwrap()
-            .distribution,
-        Vec::<f64>::new()
+            .output,
+        Output::Vector(vec![])
     );
+}
+
+/// A table comes back as the same rows, bit for bit, and a label as the same text, from the
+/// commit, by id, by idempotency key and in listings; a vector without a label stays one.
+async fn tables_and_labels_round_trip(f: Fixture) {
+    let store = &*f.store;
+    let d = store
+        .create_dataset(&new_dataset("tables", 100.0))
+        .await
+        .unwrap();
+    let rows: Vec<Vec<f64>> = (0..600)
+        .map(|i| (0..10).map(|j| ((i * 10 + j) as f64).sqrt() / 97.0).collect())
+        .collect();
+    let label = Label::new("NB feature 7 | by class — ünïcode".to_owned()).unwrap();
+    let new = NewRelease {
+        output: Output::Table(Table::from_rows(rows.clone()).unwrap()),
+        label: Some(label.clone()),
+        ..new_release(d.id, cost(0.5), Some("table-1"))
+    };
+    let (committed_table, _) = committed(commit(store, &new).await);
+    let single = NewRelease {
+        output: Output::Table(Table::from_rows(vec![vec![0.25, 0.75]]).unwrap()),
+        ..new_release(d.id, cost(0.5), None)
+    };
+    let (committed_single, _) = committed(commit(store, &single).await);
+    let (plain, _) = committed(commit(store, &new_release(d.id, cost(0.5), None)).await);
+
+    let check_table = |r: &Release| {
+        let Output::Table(t) = &r.output else {
+            panic!("a table came back as {:?}", r.output.rows());
+        };
+        assert_eq!((t.rows(), t.cells()), (600, 10));
+        for (back, original) in t.iter_rows().zip(&rows) {
+            assert_eq!(bits(back), bits(original));
+        }
+        assert_eq!(r.label.as_ref(), Some(&label));
+    };
+    check_table(&committed_table);
+    let by_id = store
+        .get_release(d.id, committed_table.id)
+        .await
+        .unwrap()
+        .unwrap();
+    check_table(&by_id);
+    assert_eq!(by_id, committed_table);
+    let (by_key, _) = store
+        .find_by_idempotency_key(d.id, "table-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(by_key, committed_table);
+    let listed = store.list_releases(d.id, None, 10).await.unwrap();
+    assert_eq!(listed.len(), 3);
+    assert_eq!(listed[0], plain);
+    assert_eq!(listed[0].output, Output::Vector(vec![0.125, 0.375, 0.5]));
+    assert_eq!(listed[0].label, None);
+    // A one-row table is still a table, not a vector.
+    assert_eq!(listed[1], committed_single);
+    assert_eq!(listed[1].output.rows(), Some(1));
+    check_table(&listed[2]);
 }
 
 async fn tokens_round_trip(f: Fixture) {
@@ -1047,6 +1111,48 @@ async fn damaged_rows_are_corrupt_postgres() {
         .unwrap();
     raw.close().await.unwrap();
     assert_damage_is_reported(&f, &d, &release, &bystander).await;
+}
+
+/// Migration 0002's CHECKs: a row count that does not divide the stored cells, or a label that
+/// is empty or too long, never reaches the table, whatever the service does.
+#[tokio::test]
+async fn schema_refuses_bad_tables_and_labels_sqlite() {
+    let f = sqlite().await;
+    let (_, release, _) = two_releases(&f).await;
+    let mut raw = sqlx::SqliteConnection::connect(&f.url).await.unwrap();
+    let id = release.id.hyphenated().to_string();
+    for (sql, allowed) in schema_cases() {
+        let result = sqlx::query(&sql).bind(&id).execute(&mut raw).await;
+        assert_eq!(result.is_ok(), allowed, "{sql}: {result:?}");
+    }
+}
+
+#[tokio::test]
+async fn schema_refuses_bad_tables_and_labels_postgres() {
+    let f = postgres().await;
+    let (_, release, _) = two_releases(&f).await;
+    let mut raw = sqlx::PgConnection::connect(&f.url).await.unwrap();
+    for (sql, allowed) in schema_cases() {
+        let result = sqlx::query(&sql).bind(release.id).execute(&mut raw).await;
+        assert_eq!(result.is_ok(), allowed, "{sql}: {result:?}");
+    }
+}
+
+/// Updates of a stored 3-cell release, and whether the schema allows each.
+fn schema_cases() -> Vec<(String, bool)> {
+    let label = |text: &str| format!("UPDATE releases SET label = '{text}' WHERE id = $1");
+    let rows = |n: i64| format!("UPDATE releases SET table_rows = {n} WHERE id = $1");
+    vec![
+        (rows(3), true),
+        (rows(1), true),
+        (rows(2), false),
+        (rows(0), false),
+        (rows(6), false),
+        (label("NB | class"), true),
+        (label(""), false),
+        (label(&"é".repeat(200)), true),
+        (label(&"é".repeat(201)), false),
+    ]
 }
 
 // ----- PostgreSQL deployment -----

@@ -1,5 +1,5 @@
 //! Request parsing and validation on arbitrary bytes: the release body (parsed, validated,
-//! calibrated and priced by `plan_release`, then drawn) and the dataset registration body.
+//! or table, calibrated and priced by `plan_release`, then drawn) and the dataset registration body.
 //! Never a panic; every refusal renders as a problem document; every admitted plan charges at
 //! least its price and draws a finite probability vector.
 //!
@@ -10,10 +10,9 @@
 
 use dirichlet_release::http::datasets::parse_registration;
 use dirichlet_release::http::error::problem_response;
-use dirichlet_release::http::releases::plan_release;
-use dirichlet_release::ledger::{Dataset, Units};
+use dirichlet_release::http::releases::{plan_release, Planned};
+use dirichlet_release::ledger::{Dataset, Output, Units};
 use dirichlet_release::privacy::{Order, Sensitivity};
-use dirichlet_release::release;
 use libfuzzer_sys::fuzz_target;
 
 const ORDERS: [f64; 8] = [1.01, 1.5, 2.0, 3.0, 5.0, 8.0, 32.0, 256.0];
@@ -58,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
             let response = problem_response(&e);
             assert!(response.status().is_client_error(), "{e:?}");
         }
-        Ok((counts, plan)) => {
+        Ok(Planned { input, plan, .. }) => {
             assert!(plan.price.is_finite() && plan.price >= 0.0, "{plan:?}");
             assert!(
                 plan.charge.to_f64() >= plan.price,
@@ -66,16 +65,23 @@ fuzz_target!(|data: &[u8]| {
             );
             serde_json::to_string(&plan.record).expect("the mechanism record serialises");
             // The draw the service makes (from an OS-seeded generator): an admitted plan has
-            // passed the shape check, so it must succeed.
-            let y = release::execute(&plan.draw, &counts)
+            // passed the shape check, so it must succeed, for a vector and every row of a table.
+            let output = input
+                .draw(&plan.draw)
                 .unwrap_or_else(|e| panic!("an admitted plan failed to draw ({e}): {plan:?}"));
-            assert_eq!(y.len(), counts.len());
-            assert!(
-                y.iter().all(|v| v.is_finite() && (0.0..=1.0).contains(v)),
-                "not a probability vector: {plan:?}"
-            );
-            let sum: f64 = y.iter().sum();
-            assert!((sum - 1.0).abs() < 1e-9, "sums to {sum}: {plan:?}");
+            assert_eq!(output.values().len(), input.total_cells());
+            let rows: Vec<&[f64]> = match &output {
+                Output::Vector(y) => vec![y],
+                Output::Table(t) => t.iter_rows().collect(),
+            };
+            for y in rows {
+                assert!(
+                    y.iter().all(|v| v.is_finite() && (0.0..=1.0).contains(v)),
+                    "not a probability vector: {plan:?}"
+                );
+                let sum: f64 = y.iter().sum();
+                assert!((sum - 1.0).abs() < 1e-9, "sums to {sum}: {plan:?}");
+            }
         }
     }
 });

@@ -15,6 +15,8 @@ pub struct Metrics {
     pub requests: IntCounterVec,
     pub latency: HistogramVec,
     pub releases: IntCounterVec,
+    pub table_releases: IntCounterVec,
+    pub table_rows: IntCounterVec,
     pub refusals: IntCounterVec,
     pub replays: IntCounter,
     spent: GaugeVec,
@@ -45,6 +47,22 @@ impl Metrics {
             Opts::new(
                 "dirichlet_releases_total",
                 "Releases committed by this replica, by mechanism",
+            ),
+            &["mechanism"],
+        )
+        .unwrap();
+        let table_releases = IntCounterVec::new(
+            Opts::new(
+                "dirichlet_table_releases_total",
+                "Table releases (also counted in dirichlet_releases_total) committed by this replica, by mechanism",
+            ),
+            &["mechanism"],
+        )
+        .unwrap();
+        let table_rows = IntCounterVec::new(
+            Opts::new(
+                "dirichlet_table_rows_total",
+                "Rows drawn in table releases committed by this replica, by mechanism",
             ),
             &["mechanism"],
         )
@@ -90,6 +108,8 @@ impl Metrics {
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(latency.clone()),
             Box::new(releases.clone()),
+            Box::new(table_releases.clone()),
+            Box::new(table_rows.clone()),
             Box::new(refusals.clone()),
             Box::new(replays.clone()),
             Box::new(spent.clone()),
@@ -103,6 +123,8 @@ impl Metrics {
             requests,
             latency,
             releases,
+            table_releases,
+            table_rows,
             refusals,
             replays,
             spent,
@@ -113,6 +135,14 @@ impl Metrics {
 
     pub fn release(&self, mechanism: &str) {
         self.releases.with_label_values(&[mechanism]).inc();
+    }
+
+    /// A committed table release of `rows` rows (after [`Metrics::release`] counted it).
+    pub fn table_release(&self, mechanism: &str, rows: usize) {
+        self.table_releases.with_label_values(&[mechanism]).inc();
+        self.table_rows
+            .with_label_values(&[mechanism])
+            .inc_by(u64::try_from(rows).unwrap_or(u64::MAX));
     }
 
     pub fn refusal(&self, error: &ApiError) {

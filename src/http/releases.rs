@@ -25,10 +25,15 @@ use super::error::ApiError;
 use super::extract::{parse_json, ApiJson, ApiPath, ApiQuery};
 use super::views::{budget_json, BudgetView, CostView, ReleaseView};
 use super::AppState;
-use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, NewRelease};
+use crate::ledger::{
+    BudgetState, CommitOutcome, Dataset, Idempotency, Label, NewRelease, Output,
+};
 use crate::privacy::utility::Forecast;
 use crate::privacy::{Counts, Epsilon, Order, Prior};
-use crate::release::{self, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
+use crate::release::{
+    self, Draw, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R,
+};
+use crate::table::{self, CountTable, TableError};
 
 /// Counts above this lose integer precision in f64 and push Gamma shapes towards overflow; the
 /// service refuses them rather than sample from a distorted distribution.
@@ -86,12 +91,30 @@ pub enum AlphaRequest {
 #[serde(transparent)]
 pub struct RawCounts(Vec<f64>);
 
+/// A raw table (rows of counts) as it arrives. No `Debug`, like [`RawCounts`].
+#[derive(Deserialize, Serialize, Clone)]
+#[serde(transparent)]
+pub struct RawTable(Vec<Vec<f64>>);
+
 /// The release request body. Serialised back (canonically) only to compute the idempotency
 /// fingerprint; never logged or stored.
 #[derive(Deserialize, Serialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseRequest {
-    counts: RawCounts,
+    // `table` and `label` are skipped when absent, so a vector request serialises as it did
+    // before tables existed and its stored idempotency fingerprint still matches a retry.
+    #[serde(
+        default,
+        deserialize_with = "super::nonnull::value",
+        skip_serializing_if = "Option::is_none"
+    )]
+    counts: Option<RawCounts>,
+    #[serde(
+        default,
+        deserialize_with = "super::nonnull::value",
+        skip_serializing_if = "Option::is_none"
+    )]
+    table: Option<RawTable>,
     #[serde(default, deserialize_with = "super::nonnull::value")]
     epsilon: Option<f64>,
     #[serde(default, deserialize_with = "super::nonnull::value")]
@@ -108,6 +131,12 @@ pub struct ReleaseRequest {
     sigma: Option<f64>,
     #[serde(default, deserialize_with = "super::nonnull::value")]
     scale: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "super::nonnull::value",
+        skip_serializing_if = "Option::is_none"
+    )]
+    label: Option<String>,
 }
 
 fn positive(field: &'static str, v: f64) -> Result<f64, ApiError> {
@@ -330,8 +359,38 @@ fn exhausted(budget: &BudgetState, detail: String) -> ApiError {
 
 struct Parsed {
     dataset: Arc<Dataset>,
-    counts: Counts,
-    plan: Plan,
+    planned: Planned,
+}
+
+/// What a release draws from: one count vector, or a table of disjoint groups' vectors.
+pub enum Input {
+    Vector(Counts),
+    Table(CountTable),
+}
+
+impl Input {
+    /// Every cell of the input (rows × cells for a table).
+    pub fn total_cells(&self) -> usize {
+        match self {
+            Input::Vector(counts) => counts.len(),
+            Input::Table(table) => table.total_cells(),
+        }
+    }
+
+    /// Draw the output: the vector, or every row of the table independently.
+    pub fn draw(&self, draw: &Draw) -> Result<Output, String> {
+        match self {
+            Input::Vector(counts) => release::execute(draw, counts).map(Output::Vector),
+            Input::Table(t) => table::execute(draw, t).map(Output::Table),
+        }
+    }
+}
+
+/// A release request validated and priced: what to draw from, the plan, the label.
+pub struct Planned {
+    pub input: Input,
+    pub plan: Plan,
+    pub label: Option<Label>,
 }
 
 async fn load_and_plan(
@@ -354,45 +413,106 @@ async fn load_and_plan(
                 .ok_or_else(|| ApiError::not_found("dataset"))?,
         ),
     };
-    let (counts, plan) = plan_request(req, &dataset, state.settings.max_dimension)?;
-    Ok(Parsed {
-        dataset,
-        counts,
-        plan,
-    })
+    let planned = plan_request(req, &dataset, state.settings.max_dimension)?;
+    Ok(Parsed { dataset, planned })
 }
 
-/// A release request body, validated and priced against a dataset's ledger: the counts and the
-/// plan that would be drawn and charged. Pure (no store, no randomness) and total: any bytes
+/// A release request body, validated and priced against a dataset's ledger: the counts (or
+/// table) and the plan that would be drawn and charged. Pure (no store, no randomness) and total: any bytes
 /// give a plan or an [`ApiError`], never a panic (`fuzz/fuzz_targets/requests.rs` holds it to
 /// that). The handlers run the same steps on the body their extractor parsed.
 pub fn plan_release(
     body: &[u8],
     dataset: &Dataset,
     max_dimension: usize,
-) -> Result<(Counts, Plan), ApiError> {
+) -> Result<Planned, ApiError> {
     let req: ReleaseRequest = parse_json(body)?;
     plan_request(&req, dataset, max_dimension)
+}
+
+fn table_error(e: TableError) -> ApiError {
+    ApiError::invalid_field("table", e.to_string())
+}
+
+fn parse_input(
+    req: &ReleaseRequest,
+    dataset: &Dataset,
+    max_dimension: usize,
+) -> Result<Input, ApiError> {
+    let too_large = |field: &str, at: String| {
+        ApiError::invalid_field(
+            field,
+            format!("{field}{at} exceeds the largest supported count, {MAX_COUNT:e}"),
+        )
+    };
+    match (&req.counts, &req.table) {
+        (Some(counts), None) => {
+            let counts = Counts::new(counts.0.clone(), max_dimension)
+                .map_err(|e| param_error("counts", e))?;
+            if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
+                return Err(too_large("counts", format!("[{index}]")));
+            }
+            Ok(Input::Vector(counts))
+        }
+        (None, Some(rows)) => {
+            table::check_relation(&dataset.sensitivity).map_err(table_error)?;
+            let t = CountTable::new(rows.0.clone(), max_dimension).map_err(table_error)?;
+            for (row, counts) in t.rows().iter().enumerate() {
+                if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
+                    return Err(too_large("table", format!("[{row}][{index}]")));
+                }
+            }
+            Ok(Input::Table(t))
+        }
+        (Some(_), Some(_)) => Err(ApiError::invalid_field(
+            "table",
+            "give counts (one vector) or table (rows of counts), not both",
+        )),
+        (None, None) => Err(ApiError::invalid_field(
+            "counts",
+            "counts (one vector) or table (rows of counts) is required",
+        )),
+    }
 }
 
 fn plan_request(
     req: &ReleaseRequest,
     dataset: &Dataset,
     max_dimension: usize,
-) -> Result<(Counts, Plan), ApiError> {
-    let counts =
-        Counts::new(req.counts.0.clone(), max_dimension).map_err(|e| param_error("counts", e))?;
-    if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
-        return Err(ApiError::invalid_field(
-            "counts",
-            format!("counts[{index}] exceeds the largest supported count, {MAX_COUNT:e}"),
-        ));
-    }
+) -> Result<Planned, ApiError> {
+    let input = parse_input(req, dataset, max_dimension)?;
+    let label = req
+        .label
+        .clone()
+        .map(Label::new)
+        .transpose()
+        .map_err(|e| ApiError::invalid_field("label", e.to_string()))?;
     let spec = parse_spec(req, dataset.order)?;
-    let plan = release::plan(&spec, counts.len(), dataset.order, &dataset.sensitivity)
+    // A table is priced as one vector of its row length: see `crate::table`.
+    let d = match &input {
+        Input::Vector(counts) => counts.len(),
+        Input::Table(t) => t.cells(),
+    };
+    let plan = release::plan(&spec, d, dataset.order, &dataset.sensitivity)
         .map_err(|e| plan_error(e, dataset))?;
-    release::check_shapes(&plan.draw, &counts).map_err(|e| plan_error(e, dataset))?;
-    Ok((counts, plan))
+    match &input {
+        Input::Vector(counts) => release::check_shapes(&plan.draw, counts),
+        Input::Table(t) => table::check_shapes(&plan.draw, t),
+    }
+    .map_err(|e| plan_error(e, dataset))?;
+    if let Input::Table(t) = &input {
+        // Never charge a table less than its own worst case (see `table::price`); with every
+        // curve the service has today the two are equal and this never refuses.
+        let table_price = table::price(&plan.draw, dataset.order, &dataset.sensitivity, t.cells());
+        if !(table_price <= plan.price) {
+            return Err(ApiError::CostExceedsEpsilon(format!(
+                "a record moving between two rows of this table costs {table_price:?} at order {:?}, more than the {:?} this mechanism is priced at for one vector; give a uniform alpha",
+                dataset.order.get(),
+                plan.price
+            )));
+        }
+    }
+    Ok(Planned { input, plan, label })
 }
 
 #[derive(Serialize)]
@@ -401,7 +521,12 @@ struct PreviewView {
     cost: CostView,
     admissible: bool,
     budget_after: BudgetView,
-    forecast: Option<Forecast>,
+    /// Vectors: the forecast (null for baselines). Absent for tables.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forecast: Option<Option<Forecast>>,
+    /// Tables: one forecast per row, rows in order. Absent for vectors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forecasts: Option<Vec<Option<Forecast>>>,
 }
 
 async fn preview(
@@ -412,8 +537,7 @@ async fn preview(
 ) -> Result<Json<Value>, ApiError> {
     let Parsed {
         dataset,
-        counts,
-        plan,
+        planned: Planned { input, plan, .. },
     } = load_and_plan(&state, &caller, id, &req, false).await?;
     let budget = dataset.budget();
     let admissible = budget.admits(plan.charge);
@@ -425,8 +549,13 @@ async fn preview(
             .unwrap_or(budget.total);
         after.releases += 1;
     }
+    let (forecast, forecasts) = match &input {
+        Input::Vector(counts) => (Some(release::forecast(&plan.draw, counts)), None),
+        Input::Table(t) => (None, Some(table::forecasts(&plan.draw, t))),
+    };
     let view = PreviewView {
-        forecast: release::forecast(&plan.draw, &counts),
+        forecast,
+        forecasts,
         mechanism: plan.record,
         cost: CostView {
             order: dataset.order.get(),
@@ -527,8 +656,7 @@ async fn create(
     let key = idempotency_key(&headers)?;
     let Parsed {
         dataset,
-        counts,
-        plan,
+        planned: Planned { input, plan, label },
     } = match load_and_plan(&state, &caller, id, &req, true).await {
         Ok(parsed) => parsed,
         Err(e) => {
@@ -584,10 +712,10 @@ async fn create(
                 record,
                 ..
             } = plan;
-            let distribution = if counts.len() < INLINE_DRAW_CELLS {
-                release::execute(&draw, &counts)
+            let output = if input.total_cells() < INLINE_DRAW_CELLS {
+                input.draw(&draw)
             } else {
-                tokio::task::spawn_blocking(move || release::execute(&draw, &counts))
+                tokio::task::spawn_blocking(move || input.draw(&draw))
                     .await
                     .map_err(|e| ApiError::Internal(format!("sampler task failed: {e}")))?
             }
@@ -598,7 +726,8 @@ async fn create(
                 created_by,
                 mechanism: record,
                 cost: charge,
-                distribution,
+                output,
+                label,
                 idempotency,
             };
             let fp = new.idempotency.as_ref().map(|i| i.fingerprint);
@@ -612,6 +741,9 @@ async fn create(
             state.caches.observe_budget(id, &budget);
             tracing::info!(dataset = %id, release = %release.id, seq = release.seq, cost = release.cost.to_f64(), "release committed");
             state.metrics.release(&kind);
+            if let Some(rows) = release.output.rows() {
+                state.metrics.table_release(&kind, rows);
+            }
             Ok(created(
                 ReleaseView::new(release, dataset.order.get(), Some(&budget)),
                 false,

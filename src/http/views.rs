@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::ledger::{BudgetState, Dataset, Release};
+use crate::ledger::{BudgetState, Dataset, Output, Release};
 
 #[derive(Debug, Serialize)]
 pub struct DpView {
@@ -122,7 +122,14 @@ pub struct ReleaseView {
     pub seq: i64,
     pub created_at: DateTime<Utc>,
     pub created_by: String,
-    pub distribution: Vec<f64>,
+    /// A vector release's output; absent for tables.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distribution: Option<Vec<f64>>,
+    /// A table release's rows, in request order; absent for vectors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distributions: Option<Vec<Vec<f64>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     pub mechanism: Value,
     pub cost: CostView,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -131,13 +138,19 @@ pub struct ReleaseView {
 
 impl ReleaseView {
     pub fn new(r: Release, order: f64, budget: Option<&BudgetState>) -> Self {
+        let (distribution, distributions) = match r.output {
+            Output::Vector(v) => (Some(v), None),
+            Output::Table(t) => (None, Some(t.iter_rows().map(<[f64]>::to_vec).collect())),
+        };
         ReleaseView {
             id: r.id,
             dataset_id: r.dataset_id,
             seq: r.seq,
             created_at: r.created_at,
             created_by: r.created_by,
-            distribution: r.distribution,
+            distribution,
+            distributions,
+            label: r.label.map(|l| l.as_str().to_owned()),
             mechanism: r.mechanism,
             cost: CostView {
                 order,

@@ -112,6 +112,110 @@ pub struct Idempotency {
     pub fingerprint: [u8; 32],
 }
 
+/// What a release reveals: one probability vector, or a table of them (one row per disjoint
+/// group of records, all over the same cells) released under one charge.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    Vector(Vec<f64>),
+    Table(Table),
+}
+
+impl Output {
+    /// Every value, row after row.
+    pub fn values(&self) -> &[f64] {
+        match self {
+            Output::Vector(v) => v,
+            Output::Table(t) => &t.values,
+        }
+    }
+
+    /// The number of rows of a table; `None` for a vector.
+    pub fn rows(&self) -> Option<usize> {
+        match self {
+            Output::Vector(_) => None,
+            Output::Table(t) => Some(t.rows()),
+        }
+    }
+}
+
+/// Rows of equal length, stored row-major in one buffer (as the stores keep them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Table {
+    cells: usize,
+    values: Vec<f64>,
+}
+
+impl Table {
+    /// `None` unless there is at least one row, every row has the same length, and that
+    /// length is at least 1.
+    pub fn from_rows(rows: Vec<Vec<f64>>) -> Option<Table> {
+        let cells = rows.first()?.len();
+        if cells == 0 || rows.iter().any(|r| r.len() != cells) {
+            return None;
+        }
+        Some(Table {
+            cells,
+            values: rows.into_iter().flatten().collect(),
+        })
+    }
+
+    /// `values` cut into `rows` rows; `None` unless that is a whole number ≥ 1 of cells each.
+    pub fn from_flat(values: Vec<f64>, rows: usize) -> Option<Table> {
+        if rows == 0 || values.is_empty() || values.len() % rows != 0 {
+            return None;
+        }
+        Some(Table {
+            cells: values.len() / rows,
+            values,
+        })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.values.len() / self.cells
+    }
+
+    pub fn cells(&self) -> usize {
+        self.cells
+    }
+
+    pub fn iter_rows(&self) -> std::slice::ChunksExact<'_, f64> {
+        self.values.chunks_exact(self.cells)
+    }
+}
+
+/// A client's free-text name for a release (e.g. "NB feature 7 | by class"), so that the
+/// tables of a model can be found again: 1 to 200 characters, no control characters (it is
+/// echoed in listings and must not break a log line or a terminal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Label(String);
+
+pub const MAX_LABEL_CHARS: usize = 200;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LabelError {
+    #[error("label must have 1 to {MAX_LABEL_CHARS} characters")]
+    Length,
+    #[error("label must not contain control characters")]
+    Control,
+}
+
+impl Label {
+    pub fn new(text: String) -> Result<Label, LabelError> {
+        let chars = text.chars().count();
+        if chars == 0 || chars > MAX_LABEL_CHARS {
+            return Err(LabelError::Length);
+        }
+        if text.chars().any(char::is_control) {
+            return Err(LabelError::Control);
+        }
+        Ok(Label(text))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// A release about to be charged and stored. Contains the *output* only, never the counts.
 #[derive(Debug, Clone)]
 pub struct NewRelease {
@@ -121,7 +225,8 @@ pub struct NewRelease {
     /// The mechanism record as returned to clients (kind, r, alpha, sigma, scale, calibration).
     pub mechanism: serde_json::Value,
     pub cost: Units,
-    pub distribution: Vec<f64>,
+    pub output: Output,
+    pub label: Option<Label>,
     pub idempotency: Option<Idempotency>,
 }
 
@@ -137,7 +242,8 @@ pub struct Release {
     pub mechanism: serde_json::Value,
     /// Charged at the dataset's order.
     pub cost: Units,
-    pub distribution: Vec<f64>,
+    pub output: Output,
+    pub label: Option<Label>,
     pub idempotency_key: Option<String>,
 }
 
@@ -280,4 +386,43 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// Ledger figures of every dataset (for metrics).
     async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_keep_their_rows() {
+        let t = Table::from_rows(vec![vec![0.5, 0.5], vec![1.0, 0.0], vec![0.25, 0.75]]).unwrap();
+        assert_eq!((t.rows(), t.cells()), (3, 2));
+        let rows: Vec<&[f64]> = t.iter_rows().collect();
+        assert_eq!(rows, vec![&[0.5, 0.5][..], &[1.0, 0.0], &[0.25, 0.75]]);
+        let output = Output::Table(t.clone());
+        assert_eq!(output.rows(), Some(3));
+        assert_eq!(output.values(), &[0.5, 0.5, 1.0, 0.0, 0.25, 0.75]);
+        assert_eq!(Table::from_flat(output.values().to_vec(), 3), Some(t));
+        assert_eq!(Output::Vector(vec![1.0]).rows(), None);
+
+        assert_eq!(Table::from_rows(vec![]), None);
+        assert_eq!(Table::from_rows(vec![vec![]]), None);
+        assert_eq!(Table::from_rows(vec![vec![1.0], vec![0.5, 0.5]]), None);
+        assert_eq!(Table::from_flat(vec![1.0; 6], 4), None);
+        assert_eq!(Table::from_flat(vec![1.0; 6], 0), None);
+        assert_eq!(Table::from_flat(vec![], 1), None);
+    }
+
+    #[test]
+    fn labels_are_checked() {
+        assert_eq!(
+            Label::new("NB feature 7 | by class".into()).unwrap().as_str(),
+            "NB feature 7 | by class"
+        );
+        assert!(Label::new("é".repeat(200)).is_ok());
+        assert_eq!(Label::new("é".repeat(201)), Err(LabelError::Length));
+        assert_eq!(Label::new(String::new()), Err(LabelError::Length));
+        for bad in ["a\nb", "tab\there", "\u{7f}", "\u{85}"] {
+            assert_eq!(Label::new(bad.into()), Err(LabelError::Control), "{bad:?}");
+        }
+    }
 }

@@ -6,7 +6,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::ledger::{
-    BudgetState, Dataset, DpTarget, LedgerSummary, NewRelease, Release, StoreError, Units,
+    BudgetState, Dataset, DpTarget, Label, LedgerSummary, NewRelease, Output, Release, StoreError,
+    Table, Units,
 };
 use crate::privacy::{Order, Sensitivity};
 
@@ -140,7 +141,8 @@ pub(crate) fn committed_release(new: &NewRelease, seq: i64, created_at: DateTime
         created_by: new.created_by.clone(),
         mechanism: new.mechanism.clone(),
         cost: new.cost,
-        distribution: new.distribution.clone(),
+        output: new.output.clone(),
+        label: new.label.clone(),
         idempotency_key: new.idempotency.as_ref().map(|i| i.key.clone()),
     }
 }
@@ -160,6 +162,21 @@ pub(crate) struct ReleaseColumns<Id = Uuid> {
     pub dimension: i64,
     pub idempotency_key: Option<String>,
     pub fingerprint: Option<Vec<u8>>,
+    /// `None` for a vector; a table's row count (migration 0002).
+    pub table_rows: Option<i64>,
+    pub label: Option<String>,
+}
+
+/// The columns an output is stored in: (`distribution`, `dimension`, `table_rows`).
+pub(crate) fn output_columns(output: &Output) -> Result<(Vec<u8>, i64, Option<i64>), StoreError> {
+    let values = output.values();
+    let too_long = || StoreError::Internal("commit_release: output too long".into());
+    let dimension = i64::try_from(values.len()).map_err(|_| too_long())?;
+    let rows = output
+        .rows()
+        .map(|rows| i64::try_from(rows).map_err(|_| too_long()))
+        .transpose()?;
+    Ok((encode_distribution(values), dimension, rows))
 }
 
 impl<Id: Into<Uuid>> ReleaseColumns<Id> {
@@ -181,6 +198,19 @@ impl<Id: Into<Uuid>> ReleaseColumns<Id> {
         let distribution = decode_distribution(&self.distribution)
             .filter(|values| i64::try_from(values.len()).ok() == Some(self.dimension))
             .ok_or_else(|| corrupt("releases.distribution does not hold `dimension` f64 values"))?;
+        let output = match self.table_rows {
+            None => Output::Vector(distribution),
+            Some(rows) => usize::try_from(rows)
+                .ok()
+                .and_then(|rows| Table::from_flat(distribution, rows))
+                .map(Output::Table)
+                .ok_or_else(|| corrupt("releases.table_rows does not divide `dimension`"))?,
+        };
+        let label = self
+            .label
+            .map(Label::new)
+            .transpose()
+            .map_err(|_| corrupt("releases.label is not a valid label"))?;
         let mechanism = serde_json::from_str(&self.mechanism)
             .map_err(|_| corrupt("releases.mechanism is not valid JSON"))?;
         let fingerprint = self
@@ -195,7 +225,8 @@ impl<Id: Into<Uuid>> ReleaseColumns<Id> {
             created_by: self.created_by,
             mechanism,
             cost: units(self.cost_units, "cost_units")?,
-            distribution,
+            output,
+            label,
             idempotency_key: self.idempotency_key,
         };
         Ok((release, fingerprint))
@@ -260,9 +291,11 @@ mod tests {
             dimension: 2,
             idempotency_key: Some("k".into()),
             fingerprint: Some(vec![7; 32]),
+            table_rows: None,
+            label: None,
         };
         let (release, fingerprint) = good().into_keyed_release().unwrap();
-        assert_eq!(release.distribution, vec![0.25, 0.75]);
+        assert_eq!(release.output, Output::Vector(vec![0.25, 0.75]));
         assert_eq!(release.cost.to_f64(), 1.0);
         assert_eq!(fingerprint, [7; 32]);
 
@@ -292,6 +325,51 @@ mod tests {
             fingerprint: None,
             ..good()
         }));
+        for rows in [0, -1, 3] {
+            assert!(is_corrupt(ReleaseColumns {
+                table_rows: Some(rows),
+                ..good()
+            }));
+        }
+        for label in ["", "a\nb"] {
+            assert!(is_corrupt(ReleaseColumns {
+                label: Some(label.into()),
+                ..good()
+            }));
+        }
+    }
+
+    #[test]
+    fn tables_and_labels_are_read_back() {
+        let values = vec![0.25, 0.75, 0.5, 0.5, 1.0, 0.0];
+        let output = Output::Table(Table::from_flat(values.clone(), 3).unwrap());
+        let (bytes, dimension, rows) = output_columns(&output).unwrap();
+        assert_eq!((dimension, rows), (6, Some(3)));
+        let columns = ReleaseColumns {
+            id: Uuid::nil(),
+            dataset_id: Uuid::nil(),
+            seq: 1,
+            created_at: Utc::now(),
+            created_by: "t".into(),
+            mechanism: "{}".into(),
+            cost_units: 0,
+            distribution: bytes,
+            dimension,
+            idempotency_key: None,
+            fingerprint: None,
+            table_rows: rows,
+            label: Some("NB feature 7 | by class".into()),
+        };
+        let release = columns.into_release().unwrap();
+        let Output::Table(table) = &release.output else {
+            panic!("a table was read back as {:?}", release.output);
+        };
+        let rows: Vec<&[f64]> = table.iter_rows().collect();
+        assert_eq!(rows, vec![&values[0..2], &values[2..4], &values[4..6]]);
+        assert_eq!(
+            release.label.as_ref().map(Label::as_str),
+            Some("NB feature 7 | by class")
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use sqlx::{Connection, FromRow, PgConnection, Row};
 use uuid::Uuid;
 
 use super::codec::{
-    self, committed_release, encode_distribution, BudgetColumns, DatasetColumns, ReleaseColumns,
+    self, committed_release, output_columns, BudgetColumns, DatasetColumns, ReleaseColumns,
     SummaryColumns, DATASET_COLUMNS,
 };
 use super::{store_error, StoreOptions};
@@ -23,7 +23,7 @@ use crate::ledger::*;
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
 const RELEASE_COLUMNS: &str = "id, dataset_id, seq, created_at, created_by, \
-     mechanism::text AS mechanism, cost_units, distribution, dimension, idempotency_key, fingerprint";
+     mechanism::text AS mechanism, cost_units, distribution, dimension, idempotency_key, fingerprint, table_rows, label";
 
 /// Admission, charge and record in one statement. The UPDATE's row lock serialises releases of a
 /// dataset: under READ COMMITTED a waiting UPDATE re-evaluates its WHERE clause against the
@@ -38,8 +38,9 @@ WITH charged AS (
  RETURNING id, budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta
 ), recorded AS (
     INSERT INTO releases (id, dataset_id, seq, created_by, mechanism, cost_units, distribution,
-                          dimension, idempotency_key, fingerprint)
-    SELECT $3, charged.id, charged.release_count, $4, $5::jsonb, $2, $6, $7, $8, $9 FROM charged
+                          dimension, idempotency_key, fingerprint, table_rows, label)
+    SELECT $3, charged.id, charged.release_count, $4, $5::jsonb, $2, $6, $7, $8, $9, $10, $11
+      FROM charged
  RETURNING seq, created_at
 )
 SELECT charged.budget_order, charged.total_units, charged.spent_units, charged.release_count,
@@ -240,18 +241,19 @@ impl LedgerStore for PgStore {
         // No read of the key first: the release handler has just looked it up, so a stored key
         // is rare here and costs one failed statement (the unique violation below) plus a read,
         // while every keyed release saves a round trip.
-        let dimension = i64::try_from(new.distribution.len())
-            .map_err(|_| StoreError::Internal("commit_release: distribution too long".into()))?;
+        let (distribution, dimension, table_rows) = output_columns(&new.output)?;
         let result = sqlx::query(COMMIT_RELEASE)
             .bind(new.dataset_id)
             .bind(new.cost.raw())
             .bind(new.id)
             .bind(&new.created_by)
             .bind(new.mechanism.to_string())
-            .bind(encode_distribution(&new.distribution))
+            .bind(distribution)
             .bind(dimension)
             .bind(new.idempotency.as_ref().map(|i| i.key.as_str()))
             .bind(new.idempotency.as_ref().map(|i| &i.fingerprint[..]))
+            .bind(table_rows)
+            .bind(new.label.as_ref().map(Label::as_str))
             .fetch_optional(&self.pool)
             .await;
         match result {

@@ -13,7 +13,7 @@ use uuid::fmt::Hyphenated;
 use uuid::Uuid;
 
 use super::codec::{
-    self, committed_release, encode_distribution, BudgetColumns, DatasetColumns, ReleaseColumns,
+    self, committed_release, output_columns, BudgetColumns, DatasetColumns, ReleaseColumns,
     SummaryColumns, DATASET_COLUMNS,
 };
 use super::{store_error, StoreOptions};
@@ -21,7 +21,7 @@ use crate::ledger::*;
 
 const RELEASE_COLUMNS: &str =
     "id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
-     distribution, dimension, idempotency_key, fingerprint";
+     distribution, dimension, idempotency_key, fingerprint, table_rows, label";
 
 pub struct SqliteStore {
     pool: sqlx::SqlitePool,
@@ -154,13 +154,13 @@ async fn commit_release_on(
     };
     let budget = BudgetState::try_from(charged)?;
 
-    let dimension = i64::try_from(new.distribution.len())
-        .map_err(|_| StoreError::Internal("commit_release: distribution too long".into()))?;
+    let (distribution, dimension, table_rows) = output_columns(&new.output)?;
     let created_at = now();
     sqlx::query(
         "INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
-                               distribution, dimension, idempotency_key, fingerprint) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                               distribution, dimension, idempotency_key, fingerprint, \
+                               table_rows, label) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
     )
     .bind(new.id.hyphenated())
     .bind(new.dataset_id.hyphenated())
@@ -169,10 +169,12 @@ async fn commit_release_on(
     .bind(&new.created_by)
     .bind(new.mechanism.to_string())
     .bind(new.cost.raw())
-    .bind(encode_distribution(&new.distribution))
+    .bind(distribution)
     .bind(dimension)
     .bind(new.idempotency.as_ref().map(|i| i.key.as_str()))
     .bind(new.idempotency.as_ref().map(|i| &i.fingerprint[..]))
+    .bind(table_rows)
+    .bind(new.label.as_ref().map(Label::as_str))
     .execute(&mut *tx)
     .await
     .map_err(fail)?;
