@@ -115,5 +115,83 @@ def main():
     write("renyi.csv", "order,u,v,divergence", rows)
 
 
+    # Exact worst-case Rényi curve of Dir(r·x + α) for the two histogram relations
+    # (docs/PRIVACY.md "Exact pricing"): G⁻, G⁺ from log-gammas at 50 digits, where the
+    # cancellation that forces the service onto the kernel form does not matter.
+    def g_minus(lam, r, a):
+        lam, r, a = mp.mpf(lam), mp.mpf(r), mp.mpf(a)
+        return (mp.loggamma(a + (lam - 1) * r) - lam * mp.loggamma(a)
+                + (lam - 1) * mp.loggamma(a - r)) / (lam - 1)
+
+    def g_plus(lam, r, c):
+        lam, r, c = mp.mpf(lam), mp.mpf(r), mp.mpf(c)
+        if c <= (lam - 1) * r:
+            return mp.inf
+        return (mp.loggamma(c - (lam - 1) * r) - lam * mp.loggamma(c)
+                + (lam - 1) * mp.loggamma(c + r)) / (lam - 1)
+
+    def exact(rel, lam, r, alphas):
+        if rel == "replace_one":
+            return max(g_minus(lam, r, mp.mpf(alphas[k]) + r) + g_plus(lam, r, alphas[l])
+                       for k in range(len(alphas)) for l in range(len(alphas)) if k != l)
+        am = min(alphas)
+        return max(g_plus(lam, r, am), g_minus(lam, r, mp.mpf(am) + r))
+
+    exact_cases = [
+        # research note §1 table
+        (2.0, 1.0, [3.46, 3.46]), (2.0, 1.0, [5.0, 5.0]), (3.0, 1.0, [5.0, 5.0]),
+        (2.0, 0.1, [1.0, 1.0]), (8.0, 0.1, [1.0, 1.0]), (5.0, 1.0, [10.0, 10.0]),
+        (22.0, 1.0, [100.0, 100.0]),
+        # per-cell priors: only the two smallest matter, both orders
+        (2.0, 1.0, [3.46, 5.0, 2.5]), (4.0, 0.3, [7.0, 1.5, 1.5, 9.0]), (1.5, 2.0, [3.0, 40.0]),
+        # near the pole, tiny and huge priors, orders near 1 and large
+        (2.0, 1.0, [1.000001, 1.000001]), (1.0 + 1e-6, 1.0, [0.5, 0.5]),
+        (1000.0, 1e-4, [1.0, 1.0]), (2.0, 1.0, [1e8, 1e8]), (5.0, 3.0, [1e12, 1e12]),
+        (2.0, 1e-3, [1e-3, 2e-3]), (10.0, 1e-8, [1e-6, 1e-6]), (3.0, 50.0, [101.0, 200.0]),
+        (1.5, 1.0, [0.5000001, 0.7]),
+    ]
+    rows = []
+    for lam, r, alphas in exact_cases:
+        for rel in ["replace_one", "add_remove_one"]:
+            rows.append([rel, repr(lam), repr(r), " ".join(repr(a) for a in alphas),
+                         fmt(exact(rel, lam, r, alphas))])
+    write("exact.csv", "relation,order,r,alpha,epsilon_star", rows)
+
+    # Calibrations against the exact curve: (relation, kind, order, epsilon, fixed parameter,
+    # solved parameter). dirichlet: α = a₀ + 4(λ−1)r, r solved; posterior: r fixed, α solved;
+    # diffuse: α fixed, r solved.
+    def solve(f, lo, hi):
+        lo, hi = mp.mpf(lo), mp.mpf(hi)
+        for _ in range(400):
+            mid = (lo + hi) / 2
+            if f(mid) > 0:
+                hi = mid
+            else:
+                lo = mid
+        return (lo + hi) / 2
+
+    cal_rows = []
+    cal_cases = [
+        ("replace_one", "posterior", 2.0, 1.0, 1.0), ("replace_one", "posterior", 22.0, 0.134, 1.0),
+        ("replace_one", "diffuse", 2.0, 0.01, 10.0), ("replace_one", "dirichlet", 2.0, 1.0, 1.0),
+        ("replace_one", "posterior", 5.0, 0.1, 1.0), ("replace_one", "dirichlet", 5.0, 0.1, 1.0),
+        ("replace_one", "diffuse", 5.0, 0.1, 1.0), ("add_remove_one", "posterior", 2.0, 1.0, 1.0),
+        ("add_remove_one", "dirichlet", 20.0, 0.5, 1.0), ("add_remove_one", "diffuse", 3.0, 2.0, 0.5),
+    ]
+    for rel, kind, lam, eps, fixed in cal_cases:
+        lamm = mp.mpf(lam)
+        if kind == "posterior":
+            val = solve(lambda a: eps - exact(rel, lam, fixed, [a, a]),
+                        (lamm - 1) * fixed * (1 + mp.mpf(10) ** -40), 1e9)
+        elif kind == "diffuse":
+            val = solve(lambda r: exact(rel, lam, r, [fixed, fixed]) - eps,
+                        mp.mpf(10) ** -30, fixed / (lamm - 1) * (1 - mp.mpf(10) ** -40))
+        else:
+            val = solve(lambda r: exact(rel, lam, r, [fixed + 4 * (lamm - 1) * r] * 2) - eps,
+                        mp.mpf(10) ** -30, 1e6)
+        cal_rows.append([rel, kind, repr(lam), repr(eps), repr(fixed), fmt(val)])
+    write("exact_calibrations.csv", "relation,kind,order,epsilon,fixed,solved", cal_rows)
+
+
 if __name__ == "__main__":
     main()

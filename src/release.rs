@@ -9,8 +9,10 @@ use serde_json::{json, Value};
 
 use crate::ledger::{charge_for, Units, UnitsError};
 use crate::privacy::calibrate::{gaussian_sigma, laplace_scale};
-use crate::privacy::curve::{dirichlet_max_order, dirichlet_rdp, gaussian_rdp, laplace_rdp};
-use crate::privacy::sampler::{release_shapes, try_os_rng, try_sample_dirichlet};
+use crate::privacy::curve::{
+    dirichlet_max_order, dirichlet_price, gaussian_rdp, laplace_rdp, Pricing,
+};
+use crate::privacy::sampler::{release_shapes, try_os_rng, try_sample_dirichlet, SampleError};
 use crate::privacy::utility::{dirichlet_forecast, Forecast};
 use crate::privacy::{
     baseline, calibrate, Calibration, CalibrationError, Counts, DirichletParams, Epsilon, Order,
@@ -97,7 +99,18 @@ pub enum PlanError {
     TooExpensive { price: f64, order: f64 },
     #[error("{0}")]
     Parameter(String),
+    /// The release's f64 arithmetic cannot carry the shift the price assumes
+    /// (docs/PRIVACY.md, "Floating point").
+    #[error("{0}")]
+    BeyondPrecision(String),
 }
+
+/// rΔ∞ must be at least this many ulps of the largest shape (2²⁰): the shapes r·x + α are
+/// formed in f64, so a neighbour's shift of rΔ∞ arrives as rΔ∞ ± ½ulp; at 2²⁰ ulps that is a
+/// relative error below 2⁻²¹ of the shift, and the shift spans ≥ 2²⁰/3 of the sampler's
+/// resolution steps (`sampler::MAX_SHAPE`). Below it the divergence can exceed the charge by
+/// orders of magnitude (posterior r = 1000 at ε = 1e-6: 268×).
+pub const MIN_SHIFT_ULPS: f64 = 1_048_576.0;
 
 #[derive(Serialize)]
 struct CalibrationRecord {
@@ -112,20 +125,63 @@ fn target_record(t: &Target) -> Value {
     })
 }
 
+/// The largest ledger-grid value ≤ the asked ε (issue 11: k releases asked at B/k fit a budget
+/// B exactly). Calibrations solve for this value, never for more than was asked.
+fn on_grid(t: &Target) -> Result<Target, PlanError> {
+    let units = Units::floor(t.epsilon.get()).map_err(|_| too_large(t))?;
+    let epsilon = Epsilon::new(units.to_f64()).map_err(|_| {
+        PlanError::Infeasible(CalibrationError::Infeasible {
+            order: t.order.get(),
+            epsilon: t.epsilon.get(),
+            reason: "epsilon is below the ledger's grid of 2^-40".to_string(),
+        })
+    })?;
+    Ok(Target {
+        epsilon,
+        order: t.order,
+    })
+}
+
+fn too_large(t: &Target) -> PlanError {
+    PlanError::TooExpensive {
+        price: t.epsilon.get(),
+        order: t.order.get(),
+    }
+}
+
 /// Calibrate (if needed) and price `spec` for a d-cell release on a dataset with `sens`,
 /// charged at `ledger_order`.
+///
+/// A mechanism calibrated at the ledger order to ε is charged exactly the largest grid value
+/// ≤ ε (it was solved so that its curve, inflated by the evaluation's error bound, is at most
+/// that value). Every other release — calibrated at another order, explicit, given noise — is
+/// charged its curve at the ledger order, inflated and rounded up.
 pub fn plan(
     spec: &Spec,
     d: usize,
     ledger_order: Order,
     sens: &Sensitivity,
 ) -> Result<Plan, PlanError> {
+    // The grid target of a calibrated spec, when it is charged at its own order.
+    let split = match spec {
+        Spec::Dirichlet { target, .. }
+        | Spec::Posterior { target, .. }
+        | Spec::Diffuse { target, .. }
+        | Spec::Gaussian(Noise::Calibrated(target))
+        | Spec::Laplace(Noise::Calibrated(target)) => Some(on_grid(target)?),
+        _ => None,
+    };
+    let grid = |t: &Target| {
+        split
+            .filter(|g| g.order == t.order && g.epsilon <= t.epsilon)
+            .unwrap_or(*t)
+    };
     let (draw, record, cap) = match spec {
         Spec::Dirichlet { target, prior } => {
             let p = calibrate(
                 &Calibration::Dirichlet { prior: *prior },
                 target.order,
-                target.epsilon,
+                grid(target).epsilon,
                 sens,
             )?;
             let record = json!({"kind": "dirichlet", "r": p.r, "alpha": p.alpha, "prior": prior, "calibration": target_record(target)});
@@ -142,7 +198,7 @@ pub fn plan(
             let p = calibrate(
                 &Calibration::Posterior { r: *r },
                 target.order,
-                target.epsilon,
+                grid(target).epsilon,
                 sens,
             )?;
             let record = json!({"kind": "posterior", "r": p.r, "alpha": p.alpha, "calibration": target_record(target)});
@@ -164,7 +220,7 @@ pub fn plan(
                     alpha: alpha.clone(),
                 },
                 target.order,
-                target.epsilon,
+                grid(target).epsilon,
                 sens,
             )?;
             let record = json!({"kind": "diffuse", "r": p.r, "alpha": p.alpha, "calibration": target_record(target)});
@@ -195,7 +251,7 @@ pub fn plan(
             let (sigma, cap, calibration) = match noise {
                 Noise::Given { value, cap } => (*value, *cap, None),
                 Noise::Calibrated(t) => (
-                    gaussian_sigma(t.order, t.epsilon, sens),
+                    gaussian_sigma(t.order, grid(t).epsilon, sens),
                     None,
                     Some(target_record(t)),
                 ),
@@ -210,7 +266,7 @@ pub fn plan(
             let (scale, cap, calibration) = match noise {
                 Noise::Given { value, cap } => (*value, *cap, None),
                 Noise::Calibrated(t) => (
-                    laplace_scale(t.order, t.epsilon, sens, d)?,
+                    laplace_scale(t.order, grid(t).epsilon, sens, d)?,
                     None,
                     Some(target_record(t)),
                 ),
@@ -222,7 +278,9 @@ pub fn plan(
             (Draw::Laplace { scale }, record, cap)
         }
     };
-    let price = price(&draw, ledger_order, sens, d);
+    let (price, pricing) = price_with_curve(&draw, ledger_order, sens, d);
+    let mut record = record;
+    record["pricing"] = json!(pricing);
     if !price.is_finite() {
         let max_order = match &draw {
             Draw::Dirichlet { r, alpha } => dirichlet_max_order(*r, alpha.min(), sens),
@@ -247,7 +305,22 @@ pub fn plan(
         }
     }
     let charge = match charge_for(price) {
-        Ok(units) => units,
+        // Calibrated at the ledger order: charged the grid target, which the calibration
+        // contract puts at or above the inflated curve (checked, not assumed).
+        Ok(units) => match split.filter(|g| g.order == ledger_order) {
+            Some(g) => {
+                let asked = Units::floor(g.epsilon.get()).map_err(|_| too_large(&g))?;
+                if units > asked {
+                    return Err(PlanError::Infeasible(CalibrationError::Infeasible {
+                        order: g.order.get(),
+                        epsilon: g.epsilon.get(),
+                        reason: "the calibrated curve exceeds the target".to_string(),
+                    }));
+                }
+                asked
+            }
+            None => units,
+        },
         Err(UnitsError::TooLarge) => {
             return Err(PlanError::TooExpensive {
                 price,
@@ -269,12 +342,24 @@ pub fn plan(
     })
 }
 
-/// The RDP cost of running `draw` once, at `order`.
+/// The RDP cost of running `draw` once, at `order` (within `CURVE_RELATIVE_ERROR`; the
+/// charge inflates by it and rounds up).
 pub fn price(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> f64 {
+    price_with_curve(draw, order, sens, d).0
+}
+
+/// [`price`] and which curve gave it. A Dirichlet draw on `replace_one`/`add_remove_one` is
+/// priced by the exact worst case ε* (`privacy::exact`), on a custom sensitivity by 001
+/// Corollary 3 (a bound). The Gaussian curve is exact for the declared Δ2; the Laplace curve
+/// is exact for the histogram relations and a worst-case bound for custom ones.
+pub fn price_with_curve(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> (f64, Pricing) {
     match draw {
-        Draw::Dirichlet { r, alpha } => dirichlet_rdp(order, *r, alpha.min(), sens),
-        Draw::Gaussian { sigma } => gaussian_rdp(order, *sigma, sens),
-        Draw::Laplace { scale } => laplace_rdp(order, *scale, sens, d),
+        Draw::Dirichlet { r, alpha } => dirichlet_price(order, *r, alpha, sens),
+        Draw::Gaussian { sigma } => (gaussian_rdp(order, *sigma, sens), Pricing::Exact),
+        Draw::Laplace { scale } => (
+            laplace_rdp(order, *scale, sens, d),
+            Pricing::for_sensitivity(sens),
+        ),
     }
 }
 
@@ -299,15 +384,38 @@ pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
 /// Check, before anything is drawn, that every Gamma shape r·x_i + α_i of a Dirichlet draw is
 /// finite and positive (huge counts times a huge explicit r could overflow). Baselines have no
 /// shapes.
-pub fn check_shapes(draw: &Draw, counts: &Counts) -> Result<(), PlanError> {
+///
+/// Also the floating-point rules: every shape ≤ `sampler::MAX_SHAPE` (2⁵⁰, where the Gamma
+/// sampler is still exact) and rΔ∞ ≥ 2²⁰·ulp(largest shape) ([`MIN_SHIFT_ULPS`]), or the
+/// release is refused as `BeyondPrecision`: nothing drawn, nothing charged.
+pub fn check_shapes(draw: &Draw, counts: &Counts, sens: &Sensitivity) -> Result<(), PlanError> {
     if let Draw::Dirichlet { r, alpha } = draw {
         let params = DirichletParams {
             r: *r,
             alpha: alpha.clone(),
         };
-        release_shapes(counts, &params).map_err(|e| PlanError::Parameter(e.to_string()))?;
+        let shapes = release_shapes(counts, &params).map_err(|e| match e {
+            SampleError::ShapeTooLarge { .. } => PlanError::BeyondPrecision(format!(
+                "{e}; lower r or alpha (the largest supported shape r*count + alpha is 2^50)"
+            )),
+            _ => PlanError::Parameter(e.to_string()),
+        })?;
+        let largest = shapes.iter().copied().fold(0.0, f64::max);
+        let shift = r * sens.linf();
+        if !(shift >= MIN_SHIFT_ULPS * ulp(largest)) {
+            return Err(PlanError::BeyondPrecision(
+                "r times the sensitivity is below 2^20 ulps of the largest shape r*count + alpha, \
+                 so a neighbouring dataset's shift is lost to rounding; raise r or lower alpha"
+                    .to_string(),
+            ));
+        }
     }
     Ok(())
+}
+
+/// The gap between `x` (finite, > 0) and the next larger f64.
+fn ulp(x: f64) -> f64 {
+    f64::from_bits(x.to_bits() + 1) - x
 }
 
 /// The utility forecast of a plan (Dirichlet draws only; baselines have none).
@@ -332,5 +440,237 @@ pub fn forecast(draw: &Draw, counts: &Counts) -> Option<Forecast> {
             finite.then_some(f)
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::charge::CURVE_RELATIVE_ERROR;
+    use crate::privacy::exact::exact_rdp;
+    use crate::privacy::types::Relation;
+
+    fn order(v: f64) -> Order {
+        Order::new(v).unwrap()
+    }
+
+    fn calibrated_specs(target: Target) -> Vec<Spec> {
+        vec![
+            Spec::Dirichlet {
+                target,
+                prior: DEFAULT_PRIOR,
+            },
+            Spec::Posterior {
+                target,
+                r: DEFAULT_R,
+            },
+            Spec::Diffuse {
+                target,
+                alpha: Prior::PerCell(vec![10.0, 12.0, 30.0, 11.0]),
+            },
+            Spec::Gaussian(Noise::Calibrated(target)),
+            Spec::Laplace(Noise::Calibrated(target)),
+        ]
+    }
+
+    fn relations() -> [Sensitivity; 3] {
+        [
+            Sensitivity::REPLACE_ONE,
+            Sensitivity::ADD_REMOVE_ONE,
+            Sensitivity::new(3.0, 1.5).unwrap(),
+        ]
+    }
+
+    /// Issue 11 item 1: a budget B admits exactly k releases asked at B/k, for every k ≤ 10,000,
+    /// every calibrated mechanism and every relation — by the ledger's own rule
+    /// (`BudgetState::admits` is `spent + charge ≤ total`), and each charge is the largest grid
+    /// value ≤ B/k and at least the inflated curve.
+    #[test]
+    fn budget_admits_exactly_k_releases_at_b_over_k() {
+        let ledger = order(4.0);
+        let d = 4;
+        for budget in [1.0, 3.0] {
+            let total = Units::floor(budget).unwrap();
+            for k in 1..=10_000u32 {
+                // Every k for B = 1, every 5th for B = 3 (the test runs ~100 s in debug).
+                if budget != 1.0 && k % 5 != 0 {
+                    continue;
+                }
+                let asked = budget / k as f64;
+                let target = Target {
+                    epsilon: Epsilon::new(asked).unwrap(),
+                    order: ledger,
+                };
+                let grid = Units::floor(asked).unwrap();
+                for sens in relations() {
+                    // Every k for the Dirichlet calibrations; the baselines' solvers are the
+                    // same `settle` contract, so every 7th k keeps the test fast.
+                    for (i, spec) in calibrated_specs(target).iter().enumerate() {
+                        if i >= 3 && k % 7 != 0 {
+                            continue;
+                        }
+                        let plan = plan(spec, d, ledger, &sens)
+                            .unwrap_or_else(|e| panic!("B={budget} k={k} {spec:?} {sens:?}: {e}"));
+                        assert_eq!(plan.charge, grid, "B={budget} k={k} {spec:?}");
+                        assert!(plan.charge.to_f64() <= asked);
+                        assert!(
+                            plan.price * (1.0 + CURVE_RELATIVE_ERROR) <= plan.charge.to_f64(),
+                            "B={budget} k={k} {spec:?}: {} > {}",
+                            plan.price,
+                            plan.charge.to_f64()
+                        );
+                    }
+                }
+                let mut spent = Units::ZERO;
+                for _ in 0..k {
+                    spent = spent.checked_add(grid).unwrap();
+                }
+                assert!(spent <= total, "B={budget} k={k}: k releases do not fit");
+                assert!(
+                    spent.checked_add(grid).unwrap() > total,
+                    "B={budget} k={k}: a (k+1)-th release fits"
+                );
+            }
+        }
+    }
+
+    /// The ledger arithmetic alone, for more budgets (cheap): k·⌊B/k⌋ ≤ ⌊B⌋ < (k+1)·⌊B/k⌋.
+    #[test]
+    fn grid_splits_for_many_budgets() {
+        for budget in [0.1, 0.5, 0.7, 2.0, 10.0, 22.5, 100.0, 1000.0, 8192.0] {
+            let total = Units::floor(budget).unwrap();
+            for k in 1..=10_000u64 {
+                let grid = Units::floor(budget / k as f64).unwrap();
+                let fits = grid.raw() as u64 * k;
+                assert!(fits <= total.raw() as u64, "B={budget} k={k}");
+                assert!(
+                    fits + grid.raw() as u64 > total.raw() as u64,
+                    "B={budget} k={k}"
+                );
+            }
+        }
+    }
+
+    /// Calibrated at another order, or explicit: charged the curve rounded up, which may exceed
+    /// the asked ε at the ledger order, and never falls below the exact worst case.
+    #[test]
+    fn other_orders_and_explicit_are_priced_by_their_curve() {
+        let ledger = order(4.0);
+        let target = Target {
+            epsilon: Epsilon::new(0.5).unwrap(),
+            order: order(2.0),
+        };
+        for sens in [Sensitivity::REPLACE_ONE, Sensitivity::ADD_REMOVE_ONE] {
+            let p = plan(&Spec::Dirichlet { target, prior: 1.0 }, 4, ledger, &sens).unwrap();
+            assert_eq!(p.record["pricing"], "exact");
+            let Draw::Dirichlet { r, alpha } = &p.draw else {
+                panic!()
+            };
+            let star = exact_rdp(ledger, *r, alpha, sens.relation());
+            assert!(p.charge.to_f64() >= star * (1.0 + 1.4e-13));
+            assert!(p.charge.to_f64() > 0.5);
+            let e = plan(
+                &Spec::Explicit {
+                    r: 0.1,
+                    alpha: Prior::Uniform(5.0),
+                    cap: None,
+                },
+                4,
+                ledger,
+                &sens,
+            )
+            .unwrap();
+            let star = exact_rdp(ledger, 0.1, &Prior::Uniform(5.0), sens.relation());
+            assert_eq!(e.charge, charge_for(star).unwrap());
+        }
+        let custom = Sensitivity::new(2.0, 1.0).unwrap();
+        assert_eq!(custom.relation(), Relation::Custom);
+        let e = plan(
+            &Spec::Explicit {
+                r: 0.1,
+                alpha: Prior::Uniform(5.0),
+                cap: None,
+            },
+            4,
+            ledger,
+            &custom,
+        )
+        .unwrap();
+        assert_eq!(e.record["pricing"], "bound");
+    }
+}
+
+#[cfg(test)]
+mod precision_tests {
+    use super::*;
+
+    fn order(v: f64) -> Order {
+        Order::new(v).unwrap()
+    }
+
+    fn counts(v: &[f64]) -> Counts {
+        Counts::new(v.to_vec(), 1000).unwrap()
+    }
+
+    fn planned(spec: Spec, ledger: f64, sens: &Sensitivity, x: &[f64]) -> Result<Plan, PlanError> {
+        let p = plan(&spec, x.len(), order(ledger), sens)?;
+        check_shapes(&p.draw, &counts(x), sens)?;
+        Ok(p)
+    }
+
+    /// The audit cases of issue 10 item 3.
+    #[test]
+    fn audit_cases_are_refused_or_priced_safely() {
+        let s = Sensitivity::REPLACE_ONE;
+        // posterior r = 1000 at ε = 1e-6, λ₀ = 22: α ≈ 5e12, rΔ∞ = 1000 < 2²⁰·ulp(α).
+        let target = Target {
+            epsilon: Epsilon::new(1e-6).unwrap(),
+            order: order(22.0),
+        };
+        let e = planned(Spec::Posterior { target, r: 1000.0 }, 22.0, &s, &[5.0, 3.0]);
+        assert!(matches!(e, Err(PlanError::BeyondPrecision(_))), "{e:?}");
+        // explicit r = 1, α = 1e30, counts near 2⁴⁶: shapes beyond 2⁵⁰.
+        let explicit = |r: f64, a: f64| Spec::Explicit {
+            r,
+            alpha: Prior::Uniform(a),
+            cap: None,
+        };
+        let e = planned(explicit(1.0, 1e30), 2.0, &s, &[7e13, 7e13 + 1.0]);
+        assert!(matches!(e, Err(PlanError::BeyondPrecision(_))), "{e:?}");
+        // Dir(1e33, 1e33, 1e33): the sampler returned one fixed vector.
+        let e = planned(explicit(1.0, 1e33), 2.0, &s, &[0.0, 0.0, 0.0]);
+        assert!(matches!(e, Err(PlanError::BeyondPrecision(_))), "{e:?}");
+        // Shapes at the cap with a shift of 2²⁰ ulps pass; one ulp less fails.
+        let big = 2f64.powi(49);
+        let ok = planned(
+            explicit(1.0, big),
+            2.0,
+            &Sensitivity::ADD_REMOVE_ONE,
+            &[0.0, 0.0],
+        );
+        // ulp(2⁴⁹) = 2⁻³, 2²⁰·2⁻³ = 2¹⁷ > r = 1: refused; r = 2¹⁷ at the same shape passes.
+        assert!(matches!(ok, Err(PlanError::BeyondPrecision(_))), "{ok:?}");
+        let r = 2f64.powi(17);
+        let p = plan(
+            &explicit(r, 4.0 * big),
+            2,
+            order(1.5),
+            &Sensitivity::ADD_REMOVE_ONE,
+        )
+        .unwrap();
+        assert!(check_shapes(&p.draw, &counts(&[0.0, 0.0]), &Sensitivity::ADD_REMOVE_ONE).is_err());
+        let p = plan(
+            &explicit(r, big),
+            2,
+            order(1.5),
+            &Sensitivity::ADD_REMOVE_ONE,
+        )
+        .unwrap();
+        check_shapes(&p.draw, &counts(&[0.0, 0.0]), &Sensitivity::ADD_REMOVE_ONE).unwrap();
+        // explicit with tiny r and α: priced (≈ λr²/α² scale), not refused as "no guarantee".
+        for sens in [s, Sensitivity::new(2.0, 1.0).unwrap()] {
+            let p = planned(explicit(1e-170, 1e-168), 2.0, &sens, &[3.0, 0.0]).unwrap();
+            assert!(p.price > 1e-5 && p.price < 1.0, "{sens:?}: {}", p.price);
+        }
     }
 }

@@ -126,11 +126,15 @@ pub fn price(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> f64 {
 }
 
 /// [`release::check_shapes`] for every row, before anything is drawn.
-pub fn check_shapes(draw: &Draw, table: &CountTable) -> Result<(), release::PlanError> {
+pub fn check_shapes(
+    draw: &Draw,
+    table: &CountTable,
+    sens: &Sensitivity,
+) -> Result<(), release::PlanError> {
     table
         .rows
         .iter()
-        .try_for_each(|row| release::check_shapes(draw, row))
+        .try_for_each(|row| release::check_shapes(draw, row, sens))
 }
 
 /// Draw every row independently with the one plan (each row its own fresh randomness).

@@ -381,7 +381,10 @@ async fn no_seed_is_accepted_or_exposed(backend: Backend) {
             .keys()
             .map(String::as_str)
             .collect();
-        assert_eq!(mechanism, ["alpha", "calibration", "kind", "prior", "r"]);
+        assert_eq!(
+            mechanism,
+            ["alpha", "calibration", "kind", "pricing", "prior", "r"]
+        );
         seen.push(release["distribution"].clone());
     }
     assert_ne!(seen[0], seen[1], "two releases are two independent draws");

@@ -48,6 +48,8 @@ pub enum ApiError {
     NoGuarantee(String),
     #[error("{0}")]
     CostExceedsEpsilon(String),
+    #[error("{0}")]
+    BeyondPrecision(String),
     #[error("the database is unavailable; retry later")]
     Unavailable,
     #[error("the request took longer than the configured timeout")]
@@ -134,6 +136,11 @@ impl ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "cost-exceeds-epsilon",
                 "Cost exceeds the given epsilon",
+            ),
+            BeyondPrecision(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "beyond-precision",
+                "Beyond floating-point precision",
             ),
             Unavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,

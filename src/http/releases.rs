@@ -347,6 +347,7 @@ fn plan_error(e: PlanError, dataset: &Dataset) -> ApiError {
         PlanError::CostExceedsCap { .. } => ApiError::CostExceedsEpsilon(e.to_string()),
         PlanError::TooExpensive { .. } => exhausted(&dataset.budget(), e.to_string()),
         PlanError::Parameter(message) => ApiError::invalid(message),
+        PlanError::BeyondPrecision(message) => ApiError::BeyondPrecision(message),
     }
 }
 
@@ -496,8 +497,10 @@ fn plan_request(
     let plan = release::plan(&spec, d, dataset.order, &dataset.sensitivity)
         .map_err(|e| plan_error(e, dataset))?;
     match &input {
-        Input::Vector(counts) => release::check_shapes(&plan.draw, counts),
-        Input::Table(t) => table::check_shapes(&plan.draw, t),
+        Input::Vector(counts) => {
+            release::check_shapes(&plan.draw, counts, &dataset.sensitivity)
+        }
+        Input::Table(t) => table::check_shapes(&plan.draw, t, &dataset.sensitivity),
     }
     .map_err(|e| plan_error(e, dataset))?;
     if let Input::Table(t) = &input {

@@ -14,10 +14,23 @@ pub enum ConversionError {
 /// Relative slack added to (or removed from) conversions: a few ulps of the terms' magnitude.
 const ROUNDING_SLACK: f64 = 8.0 * f64::EPSILON;
 
+/// log(1 − 1/λ) without cancellation for every λ > 1.
+fn log_one_minus_inverse(lambda: f64) -> f64 {
+    if lambda < 2.0 {
+        (lambda - 1.0).ln() - lambda.ln()
+    } else {
+        (-1.0 / lambda).ln_1p()
+    }
+}
+
 /// The conversion's additive term log(1 − 1/λ) − (log δ + log λ)/(λ − 1), and the sum of its
 /// terms' magnitudes (for the rounding slack).
 fn conversion_offset(lambda: f64, delta: f64) -> (f64, f64) {
-    let a = (-1.0 / lambda).ln_1p();
+    // log(1 − 1/λ) = log((λ−1)/λ). Near λ = 1, 1/λ is rounded before ln_1p sees it and
+    // 1 − 1/λ cancels (1.1e-9 of budget lost at λ = 1.00000001); λ − 1 is exact there
+    // (Sterbenz), so ln(λ−1) − ln λ keeps every digit. For λ ≥ 2 the two logs nearly cancel
+    // instead, and −1/λ is accurate: ln_1p.
+    let a = log_one_minus_inverse(lambda);
     let b = (delta.ln() + lambda.ln()) / (lambda - 1.0);
     (a - b, a.abs() + b.abs())
 }
@@ -267,6 +280,27 @@ mod tests {
             if let Ok(b) = dp_to_rdp_budget(Epsilon::new(1.0).unwrap(), delta(1e-6), order(other)) {
                 assert!(budget / o >= b.get() / other);
             }
+        }
+    }
+
+    #[test]
+    fn log_one_minus_inverse_order_matches_mpmath() {
+        // mpmath, 50 digits, at the exact doubles. ln_1p(−1/λ) was 1e-8 relative off at the
+        // first (1.1e-9 of budget).
+        for (lambda, want) in [
+            (1.00000001, -18.420680760029836351),
+            (1.0000000000001, -29.934405806352890568),
+            (1.5, -1.0986122886681096914),
+            (1.999999, -0.69314768056032026858),
+            (2.0, -0.69314718055994530942),
+            (3.0, -0.40546510810816438198),
+            (1e6, -1.0000005000003333336e-6),
+        ] {
+            let got = log_one_minus_inverse(lambda);
+            assert!(
+                ((got - want) / want).abs() < 4e-16,
+                "λ={lambda}: {got} vs {want}"
+            );
         }
     }
 

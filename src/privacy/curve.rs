@@ -3,8 +3,43 @@
 //! Every function here fails closed: an argument outside its domain (non-finite, ≤ 0, an order
 //! past the mechanism's range) prices at +∞, never at a finite value, so a ledger that refuses
 //! non-finite charges refuses the release.
+use serde::Serialize;
+
+use super::exact::{exact_rdp, scaled_trigamma};
 use super::special::trigamma;
-use super::types::{Order, Sensitivity};
+use super::types::{Order, Prior, Relation, Sensitivity};
+
+/// Which curve priced a Dirichlet draw: the exact worst case ε* of the two histogram relations
+/// ([`super::exact`]) or 001 Corollary 3, an upper bound, for custom sensitivities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pricing {
+    Exact,
+    Bound,
+}
+
+impl Pricing {
+    pub fn for_sensitivity(sens: &Sensitivity) -> Pricing {
+        match sens.relation() {
+            Relation::ReplaceOne | Relation::AddRemoveOne => Pricing::Exact,
+            Relation::Custom => Pricing::Bound,
+        }
+    }
+}
+
+/// The price of one draw y ~ Dir(r·x + α) at `order` on a dataset with `sens`: ε*(λ) for
+/// `replace_one` / `add_remove_one` (exact worst case, per-cell priors included), 001
+/// Corollary 3 for custom sensitivities. The value is within `ledger::charge::
+/// CURVE_RELATIVE_ERROR` of the curve (the charge inflates by that); +∞ past the pole or for
+/// invalid input. This is the function every release is charged by.
+pub fn dirichlet_price(order: Order, r: f64, alpha: &Prior, sens: &Sensitivity) -> (f64, Pricing) {
+    let pricing = Pricing::for_sensitivity(sens);
+    let value = match pricing {
+        Pricing::Exact => exact_rdp(order, r, alpha, sens.relation()),
+        Pricing::Bound => dirichlet_rdp(order, r, alpha.min(), sens),
+    };
+    (value, pricing)
+}
 
 /// 001 Corollary 3: ε(λ) = ½ λ r² Δ2² ψ′(α_m − (λ−1) r Δ∞); +∞ at and beyond λ = 1 + α_m/(rΔ∞).
 ///
@@ -24,7 +59,13 @@ pub fn dirichlet_rdp(order: Order, r: f64, alpha_min: f64, sens: &Sensitivity) -
     if z.is_nan() || z <= 0.0 {
         return f64::INFINITY;
     }
-    let value = 0.5 * lambda * sens.l2_squared() * trigamma(z) * r * r;
+    let mut value = 0.5 * lambda * sens.l2_squared() * trigamma(z) * r * r;
+    if !(value.is_finite() && value > 0.0) {
+        // Tiny r and α: r² underflows while ψ′(z) ≈ 1/z² overflows. (r/z)²·z²ψ′(z) is the
+        // same number without either (the log-space pricing of `explicit`).
+        let ratio = r / z;
+        value = 0.5 * lambda * sens.l2_squared() * ratio * ratio * scaled_trigamma(z);
+    }
     if value.is_nan() {
         return f64::INFINITY;
     }

@@ -8,6 +8,7 @@ pub mod calibrate;
 pub mod convert;
 pub mod curve;
 pub mod divergence;
+pub mod exact;
 pub mod sampler;
 pub mod special;
 pub mod types;

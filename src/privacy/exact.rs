@@ -1,0 +1,473 @@
+//! The exact worst-case Rényi divergence ε*(λ) of Dir(r·x + α) for the two histogram relations
+//! (docs/PRIVACY.md, "Exact pricing"; research note seeds-002-004 §1, the program of seed 004
+//! Observation 7 + Theorem 15 carried out in closed form).
+//!
+//! A record moving from cell k to cell l changes only u_k and u_l by r, and every other cell and
+//! the total cancel from the exact divergence, leaving two one-cell terms (s = (λ−1)r):
+//!
+//! ```text
+//! G⁻(a) = [lnΓ(a+s) − λ lnΓ(a) + (λ−1) lnΓ(a−r)] / (λ−1)   (the cell that loses r)
+//! G⁺(c) = [lnΓ(c−s) − λ lnΓ(c) + (λ−1) lnΓ(c+r)] / (λ−1)   (the cell that gains r)
+//! ```
+//!
+//! Both are λr² times a second divided difference of lnΓ, i.e. integrals of ψ′ against
+//! positive linear kernels (Peano), which is how they are evaluated here — without the
+//! cancellation between lnΓ differences that loses log10(α ln α/(λr)) digits for large priors:
+//!
+//! ```text
+//! G⁻(a) = r²∫₀¹ u ψ′(a − r + r u) du + r s ∫₀¹ (1 − v) ψ′(a + s v) dv
+//! G⁺(c) = r s ∫₀¹ u ψ′(c − s + s u) du + r² ∫₀¹ (1 − v) ψ′(c + r v) dv
+//! ```
+//!
+//! Both are non-increasing in their argument (ψ′ decreases), so the supremum over datasets sits
+//! at the smallest arguments: ε*_RO = max over k ≠ l of G⁻(α_k + r) + G⁺(α_l) (only the two
+//! smallest α matter, both orders), ε*_AR = max{G⁺(α_m), G⁻(α_m + r)}.
+//!
+//! Error bound ([`EXACT_RELATIVE_ERROR`]): every integral is split so that each piece [p, q]
+//! has q ≤ 1.4p and integrated by 8-point Gauss–Legendre. ψ′ is analytic in Re z > 0 with
+//! |ψ′(z)| ≤ ψ′(Re z), and x²ψ′(x) increases, so on the Bernstein ellipse ρ = 8 of a piece
+//! (q ≤ 1.5p keeps it in Re z ≥ 0.234p) |kernel·ψ′| ≤ 4.06·41.1·max(kernel)·ψ′(q), while the
+//! integral is ≥ ½(q−p)·max(kernel)·ψ′(q). Trefethen (ATAP Thm 19.3) then bounds the quadrature's
+//! relative error by (64/15)·4.06·41.1/63·8⁻¹⁶ < 4.1e-14. With ψ′'s own 1e-13
+//! (special.rs, checked against mpmath), ≤ 12 roundings per term and a compensated sum of
+//! positive terms, the computed value is within 1.5e-13 of the exact one. `s` is rounded up and
+//! the argument a = α_k + r down before use: ε* increases with λ and decreases with a, so the
+//! value computed is the exact one of a slightly *more* expensive mechanism.
+use super::divergence::Compensated;
+use super::special::trigamma;
+use super::types::{Order, Prior, Relation};
+
+/// Proven relative error of [`exact_rdp`] (module docs): 1e-13 from ψ′, 4.1e-14 quadrature,
+/// the rest rounding. Below `ledger::charge::CURVE_RELATIVE_ERROR`, which the charge inflates by.
+pub const EXACT_RELATIVE_ERROR: f64 = 1.5e-13;
+
+/// 8-point Gauss–Legendre on [0, 1]: (node, weight).
+const GAUSS_LEGENDRE_8: [(f64, f64); 8] = {
+    const X: [f64; 4] = [
+        0.183_434_642_495_649_8,
+        0.525_532_409_916_329,
+        0.796_666_477_413_626_7,
+        0.960_289_856_497_536_3,
+    ];
+    const W: [f64; 4] = [
+        0.362_683_783_378_362,
+        0.313_706_645_877_887_3,
+        0.222_381_034_453_374_5,
+        0.101_228_536_290_376_26,
+    ];
+    let mut out = [(0.0, 0.0); 8];
+    let mut i = 0;
+    while i < 4 {
+        out[2 * i] = (0.5 - 0.5 * X[i], 0.5 * W[i]);
+        out[2 * i + 1] = (0.5 + 0.5 * X[i], 0.5 * W[i]);
+        i += 1;
+    }
+    out
+};
+
+/// Largest ratio q/p of a quadrature piece (the bound is proven for 1.5; rounding of the split
+/// points is far below the gap).
+const PIECE_RATIO: f64 = 1.4;
+
+/// x²ψ′(x), finite for every x > 0 (ψ′ itself overflows below ~1e-154): 1 + x²ψ′(x + 1) below 1.
+pub(crate) fn scaled_trigamma(x: f64) -> f64 {
+    if x < 1.0 {
+        1.0 + x * (x * trigamma(x + 1.0))
+    } else {
+        x * (x * trigamma(x))
+    }
+}
+
+/// p² · ∫₀¹ w(u) ψ′(p + b u) du with w(u) = u (`rising`) or 1 − u, for p > 0, b ≥ 0.
+/// Scaled by p² so that tiny p (ψ′ ≈ 1/p²) neither overflows nor loses range.
+fn kernel_integral(p: f64, b: f64, rising: bool) -> f64 {
+    let mut sum = Compensated::default();
+    let mut u0 = 0.0;
+    while u0 < 1.0 {
+        let x0 = p + b * u0;
+        let u1 = if b > 0.0 {
+            (u0 + (PIECE_RATIO - 1.0) * x0 / b).min(1.0)
+        } else {
+            1.0
+        };
+        let h = u1 - u0;
+        for &(node, weight) in &GAUSS_LEGENDRE_8 {
+            let u = u0 + h * node;
+            let x = p + b * u;
+            let w = if rising { u } else { 1.0 - u };
+            let ratio = p / x;
+            sum.add(weight * h * w * ratio * ratio * scaled_trigamma(x));
+        }
+        u0 = u1;
+    }
+    sum.sum()
+}
+
+/// r² and r·s scaled terms: (r/p)²·J or (r/p)(s/p)·J, formed as ratios first so that tiny r and
+/// tiny p (the log-space case of `explicit`) neither underflow nor overflow.
+fn scaled(f1: f64, f2: f64, p: f64, j: f64) -> f64 {
+    (f1 / p) * (f2 / p) * j
+}
+
+/// The exact one-cell terms at order λ with s = (λ−1)r (already rounded up by the caller).
+#[derive(Debug, Clone, Copy)]
+struct Terms {
+    r: f64,
+    s: f64,
+}
+
+impl Terms {
+    /// G⁻(a) for a cell of shape a that loses r (a > r); +∞ outside the domain.
+    fn g_minus(&self, a: f64) -> f64 {
+        let low = a - self.r;
+        if !(low > 0.0) {
+            return f64::INFINITY;
+        }
+        scaled(self.r, self.r, low, kernel_integral(low, self.r, true))
+            + scaled(self.r, self.s, a, kernel_integral(a, self.s, false))
+    }
+
+    /// G⁺(c) for a cell of shape c that gains r; +∞ at and past the pole c ≤ s.
+    fn g_plus(&self, c: f64) -> f64 {
+        let low = c - self.s;
+        if !(low > 0.0) {
+            return f64::INFINITY;
+        }
+        scaled(self.r, self.s, low, kernel_integral(low, self.s, true))
+            + scaled(self.r, self.r, c, kernel_integral(c, self.r, false))
+    }
+}
+
+/// x + y rounded down (both positive): the nearest f64 not above the exact sum.
+fn add_down(x: f64, y: f64) -> f64 {
+    let s = x + y;
+    let bb = s - x;
+    let err = (x - (s - bb)) + (y - bb);
+    if err < 0.0 && s > 0.0 && s.is_finite() {
+        f64::from_bits(s.to_bits() - 1)
+    } else {
+        s
+    }
+}
+
+/// The two smallest entries of a prior (both the same for a uniform one).
+pub fn two_smallest(alpha: &Prior) -> (f64, f64) {
+    match alpha {
+        Prior::Uniform(a) => (*a, *a),
+        Prior::PerCell(v) => {
+            let (mut m1, mut m2) = (f64::INFINITY, f64::INFINITY);
+            for &a in v {
+                if a < m1 {
+                    m2 = m1;
+                    m1 = a;
+                } else if a < m2 {
+                    m2 = a;
+                }
+            }
+            (m1, m2)
+        }
+    }
+}
+
+/// ε*(λ) of Dir(r·x + α) on a histogram under `relation`, evaluated with the error bound
+/// [`EXACT_RELATIVE_ERROR`]. +∞ for invalid input (r or an α not finite and > 0, or a custom
+/// relation, which has no exact form here), at and beyond the pole λ ≥ 1 + α_m/r. Never below
+/// `f64::MIN_POSITIVE` (the true cost is positive even when the value underflows).
+pub fn exact_rdp(order: Order, r: f64, alpha: &Prior, relation: Relation) -> f64 {
+    let (m1, m2) = two_smallest(alpha);
+    exact_rdp_two(order, r, m1, m2, relation)
+}
+
+/// [`exact_rdp`] from the two smallest prior entries α₁ ≤ α₂ (α₂ = α₁ for a uniform prior).
+pub fn exact_rdp_two(order: Order, r: f64, alpha_1: f64, alpha_2: f64, relation: Relation) -> f64 {
+    let valid = |v: f64| v.is_finite() && v > 0.0;
+    if !(valid(r) && valid(alpha_1) && valid(alpha_2)) {
+        return f64::INFINITY;
+    }
+    // λ − 1 is exact below 2⁵³ (Sterbenz below 2, on λ's grid above); the product's rounding
+    // error is recovered by an FMA and, if the product rounded down, s moves up one ulp.
+    let lm1 = order.get() - 1.0;
+    let s = lm1 * r;
+    let s = if lm1.mul_add(r, -s) > 0.0 && s.is_finite() {
+        f64::from_bits(s.to_bits() + 1)
+    } else {
+        s
+    };
+    if !valid(s) {
+        return f64::INFINITY;
+    }
+    let t = Terms { r, s };
+    let value = match relation {
+        Relation::ReplaceOne => {
+            let one = t.g_minus(add_down(alpha_1, r)) + t.g_plus(alpha_2);
+            if alpha_1 == alpha_2 {
+                one
+            } else {
+                one.max(t.g_minus(add_down(alpha_2, r)) + t.g_plus(alpha_1))
+            }
+        }
+        Relation::AddRemoveOne => t.g_plus(alpha_1).max(t.g_minus(add_down(alpha_1, r))),
+        Relation::Custom => f64::INFINITY,
+    };
+    if value.is_nan() {
+        f64::INFINITY
+    } else {
+        value.max(f64::MIN_POSITIVE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::privacy::curve::dirichlet_rdp;
+    use crate::privacy::divergence::renyi_dirichlet;
+    use crate::privacy::Sensitivity;
+    use proptest::prelude::*;
+
+    fn order(v: f64) -> Order {
+        Order::new(v).unwrap()
+    }
+
+    fn relation(name: &str) -> Relation {
+        match name {
+            "replace_one" => Relation::ReplaceOne,
+            "add_remove_one" => Relation::AddRemoveOne,
+            _ => panic!("{name}"),
+        }
+    }
+
+    #[test]
+    fn gauss_legendre_integrates_degree_15_exactly() {
+        for k in 0..16 {
+            let got: f64 = GAUSS_LEGENDRE_8.iter().map(|(x, w)| w * x.powi(k)).sum();
+            let want = 1.0 / (k as f64 + 1.0);
+            assert!((got - want).abs() < 4e-16, "degree {k}: {got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn matches_mpmath_fixtures() {
+        let rows = include_str!("fixtures/exact.csv");
+        let mut n = 0;
+        for line in rows.lines().skip(1) {
+            let f: Vec<&str> = line.split(',').collect();
+            let lambda: f64 = f[1].parse().unwrap();
+            let r: f64 = f[2].parse().unwrap();
+            let alpha: Vec<f64> = f[3].split(' ').map(|v| v.parse().unwrap()).collect();
+            let got = exact_rdp(
+                order(lambda),
+                r,
+                &Prior::PerCell(alpha.clone()),
+                relation(f[0]),
+            );
+            if f[4] == "+inf" {
+                assert_eq!(got, f64::INFINITY, "{line}");
+                continue;
+            }
+            let want: f64 = f[4].parse().unwrap();
+            let e = (got - want) / want;
+            // Never below the exact value by more than the bound. Above it by the bound plus
+            // the one ulp s is rounded up by, which near the pole weighs ~ulp(s)/(α_m − s).
+            let am = alpha.iter().copied().fold(f64::INFINITY, f64::min);
+            let s = (lambda - 1.0) * r;
+            let above = EXACT_RELATIVE_ERROR + 2.0 * f64::EPSILON * s / (am - s);
+            assert!(
+                e >= -EXACT_RELATIVE_ERROR && e <= above,
+                "{line}: {got} ({e:e})"
+            );
+            n += 1;
+        }
+        assert!(n >= 36);
+    }
+
+    #[test]
+    fn research_note_closed_forms() {
+        // λ = 2, r = 1: ε*_RO = ln((α+1)/(α−1)), so α = coth(ε/2) prices ε; λ = 3: ½ ln(…).
+        for a in [1.5f64, 2.163_953_413_738_653, 3.46, 10.0, 1e4] {
+            let got = exact_rdp(order(2.0), 1.0, &Prior::Uniform(a), Relation::ReplaceOne);
+            let want = ((a + 1.0) / (a - 1.0)).ln();
+            assert!((got / want - 1.0).abs() < 1e-12, "α={a}: {got} vs {want}");
+        }
+        let coth_half = 1.0 / 0.5f64.tanh();
+        let got = exact_rdp(
+            order(2.0),
+            1.0,
+            &Prior::Uniform(coth_half),
+            Relation::ReplaceOne,
+        );
+        assert!((got - 1.0).abs() < 1e-12, "{got}");
+        let a = 5.0;
+        let got = exact_rdp(order(3.0), 1.0, &Prior::Uniform(a), Relation::ReplaceOne);
+        let want = 0.5 * ((a + 1.0) * (a + 2.0) / ((a - 1.0) * (a - 2.0))).ln();
+        assert!((got / want - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn never_above_the_corollary_3_curve() {
+        for (lambda, r, a) in [
+            (2.0, 1.0, 3.46),
+            (8.0, 0.1, 1.0),
+            (1.001, 5.0, 0.1),
+            (50.0, 0.01, 2.0),
+        ] {
+            for (rel, sens) in [
+                (Relation::ReplaceOne, Sensitivity::REPLACE_ONE),
+                (Relation::AddRemoveOne, Sensitivity::ADD_REMOVE_ONE),
+            ] {
+                let e = exact_rdp(order(lambda), r, &Prior::Uniform(a), rel);
+                let c = dirichlet_rdp(order(lambda), r, a, &sens);
+                assert!(e <= c, "λ={lambda} r={r} α={a}: {e} > {c}");
+            }
+        }
+    }
+
+    #[test]
+    fn pole_and_invalid_input_price_at_infinity() {
+        let o = order(3.0);
+        // pole at λ = 1 + α/r = 3
+        assert_eq!(
+            exact_rdp(o, 1.0, &Prior::Uniform(2.0), Relation::ReplaceOne),
+            f64::INFINITY
+        );
+        assert!(exact_rdp(
+            order(2.999),
+            1.0,
+            &Prior::Uniform(2.0),
+            Relation::AddRemoveOne
+        )
+        .is_finite());
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(
+                exact_rdp(o, bad, &Prior::Uniform(2.0), Relation::ReplaceOne),
+                f64::INFINITY
+            );
+            assert_eq!(
+                exact_rdp(o, 1.0, &Prior::Uniform(bad), Relation::ReplaceOne),
+                f64::INFINITY
+            );
+        }
+        assert_eq!(
+            exact_rdp(o, 1.0, &Prior::Uniform(10.0), Relation::Custom),
+            f64::INFINITY
+        );
+    }
+
+    #[test]
+    fn tiny_r_and_alpha_are_priced_not_refused() {
+        // r²ψ′ would be 0·∞ in plain f64; the scaled kernel gives ½λr²/α²-sized values.
+        let e = exact_rdp(
+            order(2.0),
+            1e-200,
+            &Prior::Uniform(1e-180),
+            Relation::ReplaceOne,
+        );
+        assert!(e.is_finite() && e > 0.0 && e < 1e-38, "{e}");
+        let e = exact_rdp(
+            order(1.5),
+            1e-170,
+            &Prior::Uniform(1e-168),
+            Relation::AddRemoveOne,
+        );
+        // ≈ G⁺(α) ≈ ln-gamma second difference ≈ ½λr²/α² ⋯ = O(1e-4)
+        assert!(e.is_finite() && e > 1e-6 && e < 1.0, "{e}");
+    }
+
+    /// Every count vector with cells in 0..=max over d cells.
+    fn all_counts(d: usize, max: u32) -> Vec<Vec<f64>> {
+        let mut out = vec![vec![]];
+        for _ in 0..d {
+            out = out
+                .into_iter()
+                .flat_map(|v| {
+                    (0..=max).map(move |c| {
+                        let mut w = v.clone();
+                        w.push(c as f64);
+                        w
+                    })
+                })
+                .collect();
+        }
+        out
+    }
+
+    fn shapes(x: &[f64], r: f64, alpha: &[f64]) -> Vec<f64> {
+        x.iter().zip(alpha).map(|(c, a)| r * c + a).collect()
+    }
+
+    /// max over every neighbouring pair (both directions) with counts 0..=6 of the exact
+    /// divergence, and the largest G⁺(u_Σ)-type remainder seen for add/remove.
+    fn brute_force(lambda: f64, r: f64, alpha: &[f64], rel: Relation) -> f64 {
+        let d = alpha.len();
+        let mut worst: f64 = 0.0;
+        for x in all_counts(d, 6) {
+            let u = shapes(&x, r, alpha);
+            for l in 0..d {
+                match rel {
+                    Relation::ReplaceOne => {
+                        for k in 0..d {
+                            if k == l || x[k] < 1.0 {
+                                continue;
+                            }
+                            let mut y = x.clone();
+                            y[k] -= 1.0;
+                            y[l] += 1.0;
+                            let v = shapes(&y, r, alpha);
+                            worst = worst.max(renyi_dirichlet(lambda, &u, &v));
+                        }
+                    }
+                    _ => {
+                        let mut y = x.clone();
+                        y[l] += 1.0;
+                        let v = shapes(&y, r, alpha);
+                        worst = worst.max(renyi_dirichlet(lambda, &u, &v));
+                        worst = worst.max(renyi_dirichlet(lambda, &v, &u));
+                    }
+                }
+            }
+        }
+        worst
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Replace-one: ε* is attained (x_k = 1, x_l = 0), so it equals the brute-force maximum
+        /// over all neighbouring pairs with counts 0..6, d = 2..4, both directions.
+        #[test]
+        fn replace_one_equals_brute_force_maximum(
+            d in 2usize..5,
+            seed in prop::collection::vec(0.2f64..6.0, 4),
+            r in 0.05f64..2.0,
+            t in 0.05f64..0.95,
+        ) {
+            let alpha: Vec<f64> = seed[..d].to_vec();
+            let am = alpha.iter().copied().fold(f64::INFINITY, f64::min);
+            // an order strictly inside (1, 1 + α_m/r)
+            let lambda = 1.0 + t * am / r;
+            let star = exact_rdp(order(lambda), r, &Prior::PerCell(alpha.clone()), Relation::ReplaceOne);
+            let brute = brute_force(lambda, r, &alpha, Relation::ReplaceOne);
+            prop_assert!(((star - brute) / brute).abs() <= 1e-10, "ε* {} vs brute {}", star, brute);
+        }
+
+        /// Add/remove: the supremum is approached as the other cells grow; the brute-force
+        /// maximum is below ε*, and above ε* minus the total's term G⁺(u_Σ) ≤ ½λr²ψ′(u_Σ − s).
+        #[test]
+        fn add_remove_bounds_brute_force_maximum(
+            d in 2usize..5,
+            seed in prop::collection::vec(0.2f64..6.0, 4),
+            r in 0.05f64..2.0,
+            t in 0.05f64..0.95,
+        ) {
+            let alpha: Vec<f64> = seed[..d].to_vec();
+            let am = alpha.iter().copied().fold(f64::INFINITY, f64::min);
+            let lambda = 1.0 + t * am / r;
+            let star = exact_rdp(order(lambda), r, &Prior::PerCell(alpha.clone()), Relation::AddRemoveOne);
+            let brute = brute_force(lambda, r, &alpha, Relation::AddRemoveOne);
+            prop_assert!(brute <= star * (1.0 + 1e-12), "brute {} above ε* {}", brute, star);
+            // The largest total in the enumeration: all cells at 6 (+1 for the added record).
+            let total: f64 = alpha.iter().sum::<f64>() + r * (6.0 * (d - 1) as f64);
+            let rest = 0.5 * lambda * r * r * trigamma(total - (lambda - 1.0) * r);
+            prop_assert!(brute >= star - rest, "brute {} too far below ε* {} (rest {})", brute, star, rest);
+        }
+    }
+}
