@@ -604,7 +604,12 @@ pub struct PrivateFit {
     pub spent: f64,
     /// The budget the dataset was registered with.
     pub budget: f64,
+    /// Releases made (tables, or rows on the row-by-row path).
+    pub releases: usize,
 }
+
+/// One step of the ledger's grid.
+pub const GRID_STEP: f64 = 1.0 / (1u64 << dirichlet_release::ledger::charge::QUANTUM_BITS) as f64;
 
 /// Register a dataset with budget `epsilon` and release every table at `epsilon / T` (the
 /// paper's even split over the T tables: basic composition over tables, parallel composition
@@ -625,6 +630,11 @@ pub async fn fit_private(
     } else {
         epsilon
     };
+    let releases = if service.row_by_row {
+        tables.iter().map(|t| t.rows.len()).sum()
+    } else {
+        tables.len()
+    };
     let dataset = service.create_dataset(name, order, budget).await?;
     let mut fitted = Vec::with_capacity(tables.len());
     let mut charged = 0.0;
@@ -637,7 +647,7 @@ pub async fn fit_private(
         charged += released.charged;
     }
     let spent = service.spent(&dataset).await?;
-    if (charged - spent).abs() > 1e-9 * budget.max(1.0) {
+    if (charged - spent).abs() > GRID_STEP {
         return Err(format!(
             "{name}: the responses' costs add up to {charged}, the ledger says {spent}"
         )
@@ -647,6 +657,7 @@ pub async fn fit_private(
         tables: fitted,
         spent,
         budget,
+        releases,
     })
 }
 
@@ -694,21 +705,23 @@ impl Results {
         model: &str,
         epsilon: Option<f64>,
         scores: &Scores,
-        spent: Option<(f64, f64)>,
+        spent: Option<(f64, f64, usize)>,
     ) {
         let m = self.model_index(model);
         let key = epsilon.map_or(u64::MAX, f64::to_bits);
         for (metric, value) in scores {
             let cell = self.cells.entry((m, key, metric)).or_default();
             cell.values.push(*value);
-            if let (Some((spent, _)), Some(eps)) = (spent, epsilon) {
+            if let (Some((spent, _, _)), Some(eps)) = (spent, epsilon) {
                 cell.spent_ratio.push(spent / eps);
             }
         }
-        if let (Some((spent, budget)), Some(eps)) = (spent, epsilon) {
-            // The ledger works on a 2⁻⁴⁰ grid; anything beyond a few grid steps per table is a
+        if let (Some((spent, budget, releases)), Some(eps)) = (spent, epsilon) {
+            // Exact splits: each release is charged the largest grid value at or below what was
+            // asked, and the budget is rounded down to the grid, so a model spends its budget
+            // less at most one grid step per release and one for the budget. Anything else is a
             // real discrepancy between what was asked and what was charged.
-            if (spent - budget).abs() > 1e-9 * budget.max(1.0) + 1e-9 {
+            if spent > budget || budget - spent > (releases + 1) as f64 * GRID_STEP {
                 self.budget_failures.push(format!(
                     "{model} at ε = {eps}: spent {spent} of a budget of {budget}"
                 ));
@@ -835,7 +848,7 @@ pub async fn run_experiment(
                     mechanism,
                     Some(epsilon),
                     &score(&fit.tables),
-                    Some((fit.spent, fit.budget)),
+                    Some((fit.spent, fit.budget, fit.releases)),
                 );
             }
         }
@@ -982,10 +995,23 @@ mod tests {
             "dirichlet",
             Some(1.0),
             &scores,
-            Some((1.0 - 31.0 * 2f64.powi(-40), 1.0)),
+            Some((1.0 - 31.0 * GRID_STEP, 1.0, 31)),
         );
         assert!(results.budget_failures.is_empty());
-        results.add("dirichlet", Some(1.0), &scores, Some((0.97, 1.0)));
+        // A 10⁻⁹ shortfall at ε = 0.001 is a real 10⁻⁶ relative error: reported.
+        results.add(
+            "dirichlet",
+            Some(1e-3),
+            &scores,
+            Some((1e-3 - 1e-9, 1e-3, 31)),
+        );
         assert_eq!(results.budget_failures.len(), 1);
+        results.add(
+            "dirichlet",
+            Some(1.0),
+            &scores,
+            Some((1.0 + GRID_STEP, 1.0, 31)),
+        );
+        assert_eq!(results.budget_failures.len(), 2);
     }
 }
