@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# EXPERIMENTS.md's numbers and docs/experiments.png: runs examples/naive_bayes.rs and
+# examples/bayes_net.rs in full (the seed paper's ε grid, 10 repetitions) through an in-process
+# service on a temporary SQLite file, then rewrites the results part of EXPERIMENTS.md and the
+# plot with scripts/plot_experiments.py (matplotlib from the venv of scripts/tools-venv.sh).
+#   scripts/experiments.sh [extra example options, e.g. --repetitions 3 or --row-by-row]
+# EXAMPLES_PROFILE=dev uses the debug build instead of --release (same numbers, slower sampling,
+# no release build of the dependency tree).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/tools-venv.sh
+source scripts/tools-venv.sh
+tools_venv matplotlib==3.11.2
+
+out=target/experiments
+mkdir -p "$out"
+profile=${EXAMPLES_PROFILE:-release}
+dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
+nice cargo build --profile "$profile" --quiet --example naive_bayes --example bayes_net
+for example in naive_bayes bayes_net; do
+  echo "=== $example"
+  "target/$dir/examples/$example" --out "$out/$example.csv" "$@" | tee "$out/$example.txt"
+done
+python scripts/plot_experiments.py "$out/naive_bayes.csv" "$out/bayes_net.csv" \
+  --png docs/experiments.png --png-link docs/experiments.png --markdown EXPERIMENTS.md
+echo "wrote EXPERIMENTS.md (results section) and docs/experiments.png"
