@@ -417,9 +417,12 @@ pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
     execute_release(draw, counts).map(|(y, _)| y)
 }
 
+/// A drawn output and what the draw adds to the mechanism record.
+pub type Drawn = (Vec<f64>, Option<Value>);
+
 /// [`execute`], plus what the draw adds to the mechanism record (the exponential mechanism's
 /// selected candidate); the caller stores both together.
-pub fn execute_release(draw: &Draw, counts: &Counts) -> Result<(Vec<f64>, Option<Value>), String> {
+pub fn execute_release(draw: &Draw, counts: &Counts) -> Result<Drawn, String> {
     let mut rng = try_os_rng().map_err(|e| format!("the OS random source failed: {e}"))?;
     if let Some(out) = seeds::execute_seed(draw, counts, &mut rng) {
         return out;

@@ -1297,7 +1297,8 @@ async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
     // A per-cell prior on an exactly priced dataset: a record may move to the *same* cell of
     // another row, a move the vector's exact price (two distinct cells) does not cover, so the
     // table is refused rather than under-charged (see `table::price`).
-    let mut per_cell = json!({"epsilon": 0.5, "mechanism": "diffuse", "alpha": [10.0, 11.0, 12.0, 13.0]});
+    let mut per_cell =
+        json!({"epsilon": 0.5, "mechanism": "diffuse", "alpha": [10.0, 11.0, 12.0, 13.0]});
     per_cell["table"] = table.clone();
     let before = app.budget(&id).await;
     assert_problem(

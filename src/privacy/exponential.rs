@@ -406,7 +406,7 @@ mod tests {
     #[test]
     fn zcdp_term_is_binding_for_small_epsilon_and_pure_dp_cap_for_large() {
         let z = exponential_rdp(22.0, 0.1);
-        assert!(z >= 0.0275 && z < 0.0275 * (1.0 + 1e-15), "{z}");
+        assert!((0.0275..0.0275 * (1.0 + 1e-15)).contains(&z), "{z}");
         assert_eq!(exponential_rdp(22.0, 1.0), 1.0);
         assert!(exponential_rdp(1.0, 1.0).is_infinite());
         assert!(exponential_rdp(2.0, 0.0).is_infinite());

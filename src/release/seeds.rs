@@ -324,7 +324,7 @@ pub fn execute_seed(
     draw: &Draw,
     counts: &Counts,
     rng: &mut crate::privacy::sampler::CsRng,
-) -> Option<Result<(Vec<f64>, Option<Value>), String>> {
+) -> Option<Result<super::Drawn, String>> {
     use crate::privacy::sampler::{release_shapes, try_sample_dirichlet};
     use crate::privacy::DirichletParams;
     Some(match draw {
@@ -425,7 +425,7 @@ mod tests {
             .to_prior()
             .unwrap();
         let v = price(&Draw::Dirichlet { r: r5, alpha: eff }, t.order, &sens, 3);
-        assert!(v <= 0.5 && v >= 0.5 * (1.0 - 1e-9), "{v}");
+        assert!((0.5 * (1.0 - 1e-9)..=0.5).contains(&v), "{v}");
         // Posterior: α + rL is the same effective prior as without the bound.
         assert!(
             (p5.min() + 5.0 - p0.min()).abs() < 1e-9 * p0.min(),
