@@ -1193,7 +1193,7 @@ async fn every_response_matches_the_description(backend: Backend) {
     for body in [
         json!({"table": table, "epsilon": 0.5, "label": "NB feature 7 | by class"}),
         json!({"table": table, "epsilon": 0.5, "mechanism": "posterior", "label": "é".repeat(200)}),
-        json!({"table": table, "epsilon": 0.5, "mechanism": "diffuse", "alpha": [1, 2, 3, 4]}),
+        json!({"table": table, "epsilon": 0.5, "mechanism": "diffuse", "alpha": 2.0}),
         json!({"table": table, "mechanism": "explicit", "r": 0.1, "alpha": 5.0}),
         json!({"table": table, "epsilon": 0.5, "mechanism": "gaussian"}),
         json!({"table": table, "mechanism": "laplace", "scale": 4.0}),

@@ -242,6 +242,39 @@ pub fn cells<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<f64>, D::
     deserializer.deserialize_seq(CellsVisitor)
 }
 
+/// `#[serde(deserialize_with = "rows")]`: an array of [`cells`] arrays (a table), bounded the
+/// same way while it is read: every row counts as one more entry of the body's budget (so
+/// millions of empty rows cannot amplify memory either), no more rows than the dimension limit,
+/// and every number of every row against the per-list and whole-body limits.
+pub fn rows<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Vec<f64>>, D::Error> {
+    struct Row(Vec<f64>);
+    impl<'de> Deserialize<'de> for Row {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Row, D::Error> {
+            cells(deserializer).map(Row)
+        }
+    }
+    struct RowsVisitor;
+    impl<'de> Visitor<'de> for RowsVisitor {
+        type Value = Vec<Vec<f64>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an array of arrays of numbers")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Vec<f64>>, A::Error> {
+            let mut out = Vec::new();
+            loop {
+                take_cell::<A::Error>(out.len())?;
+                match seq.next_element::<Row>()? {
+                    Some(Row(row)) => out.push(row),
+                    None => return Ok(out),
+                }
+            }
+        }
+    }
+    deserializer.deserialize_seq(RowsVisitor)
+}
+
 struct CellsVisitor;
 
 impl<'de> Visitor<'de> for CellsVisitor {
@@ -407,6 +440,27 @@ mod tests {
 
     fn detail(e: ApiError) -> String {
         e.to_string()
+    }
+
+    /// A table is bounded while it is read: too many rows, too many numbers in a row, and
+    /// too many numbers (or empty rows) in the whole body are refused; a table within the
+    /// limits parses whole.
+    #[test]
+    fn tables_are_bounded_while_parsing() {
+        #[derive(serde::Deserialize)]
+        struct T {
+            #[serde(deserialize_with = "rows")]
+            table: Vec<Vec<f64>>,
+        }
+        let ok = parse_json_bounded::<T>(br#"{"table": [[1, 2, 3], [4, 5, 6]]}"#, 6).unwrap();
+        assert_eq!(ok.table, vec![vec![1.0, 2.0, 3.0], vec![4.0, 5.0, 6.0]]);
+        let wide = parse_json_bounded::<T>(br#"{"table": [[1, 2, 3, 4]]}"#, 3);
+        assert!(detail(wide.err().unwrap()).contains("at most 3 numbers"));
+        let tall = parse_json_bounded::<T>(br#"{"table": [[1], [2], [3], [4]]}"#, 3);
+        assert!(tall.is_err());
+        let empty_rows = format!("{{\"table\": [{}[]]}}", "[],".repeat(100));
+        let many = parse_json_bounded::<T>(empty_rows.as_bytes(), 10);
+        assert!(many.is_err(), "empty rows count against the body's budget");
     }
 
     #[test]

@@ -112,7 +112,7 @@ impl From<super::extract::ScalarOrCells> for AlphaRequest {
 /// A raw table (rows of counts) as it arrives. No `Debug`, like [`RawCounts`].
 #[derive(Deserialize, Serialize, Clone)]
 #[serde(transparent)]
-pub struct RawTable(Vec<Vec<f64>>);
+pub struct RawTable(#[serde(deserialize_with = "super::extract::rows")] Vec<Vec<f64>>);
 
 /// The release request body. Serialised back (canonically) only to compute the idempotency
 /// fingerprint; never logged or stored.

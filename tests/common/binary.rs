@@ -57,8 +57,10 @@ pub fn start(env: &[(&str, &str)], logs: &Path) -> Server {
     // Keep draining stdout so the child never blocks on a full pipe.
     let sink = stdout.clone();
     std::thread::spawn(move || {
+        // `lines()` strips the newline `read_line` kept above: put it back, or two lines
+        // after the address would run together in `stdout_text`.
         for line in reader.lines().map_while(Result::ok) {
-            sink.lock().unwrap().push(line);
+            sink.lock().unwrap().push(line + "\n");
         }
     });
     Server {
