@@ -122,7 +122,7 @@ pub const SPEND_TOLERANCE: f64 = 1e-9;
 /// `calibrate.rs`: price(p)·(1 + CHARGE_INFLATION) ≤ ε (the ledger's charge never exceeds the
 /// target) and, whenever f64 allows it, price(p) ≥ ε(1 − SPEND_TOLERANCE). `rising` says whether
 /// the price increases with p; a price that is NaN or +∞ counts as over. The bracket is found
-/// by doubling/halving from `start`, then the bit patterns of the two ends (ordered like the
+/// by doubling/halving from `start` (at most 128 steps), then the bit patterns of the two ends (ordered like the
 /// positive floats) are bisected, so the answer is exact to one ulp after ≤ ~70 evaluations
 /// beyond the bracket. Returns the side that fits (never one over ε); `None` if no p in
 /// (0, f64::MAX] fits.
@@ -145,7 +145,10 @@ pub fn solve_monotone(
     } else {
         (f64::NAN, p)
     };
-    for _ in 0..2200 {
+    // At most 2^±128 from `start`: a price that has not crossed ε by then (e.g. a prior that
+    // shrinks with r, whose price has a floor) never will, and every step costs a curve
+    // evaluation, so an unbounded search is a way to make a request spin.
+    for _ in 0..128 {
         if !ok.is_nan() && !over.is_nan() {
             break;
         }
