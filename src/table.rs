@@ -6,8 +6,10 @@
 //! histogram relations one record changes the whole table by one unit moved between two cells
 //! (replace-one; the cells may be in two rows) or by one unit in one cell (add/remove-one). The
 //! rows are drawn independently, so the Rényi divergence of the table is the sum over the rows
-//! that changed, and that sum never exceeds the price of one vector under the same relation.
-//! The property test below checks this against exact divergences for every mechanism.
+//! that changed, and that sum never exceeds the price of one vector under the same relation —
+//! priced with [`Sensitivity::for_table`], because a replace-one move between two rows may
+//! leave and join the *same* cell, which matters for a per-cell prior. The property test below
+//! checks this against exact divergences for every mechanism.
 //!
 //! A custom sensitivity says how one record moves *one* vector, not how it moves a table; tables
 //! are refused on such datasets rather than priced on a guess.
@@ -15,7 +17,7 @@
 use crate::ledger::Table;
 use crate::privacy::types::Relation;
 use crate::privacy::utility::Forecast;
-use crate::privacy::{Counts, Order, ParamError, Prior, Sensitivity};
+use crate::privacy::{Counts, ParamError, Sensitivity};
 use crate::release::{self, Draw};
 
 /// Rows of counts over the same d ≥ 2 cells: at least one row, no row all zeros, rows × d at
@@ -102,45 +104,6 @@ pub fn check_relation(sens: &Sensitivity) -> Result<(), TableError> {
     }
 }
 
-/// The price of a table under `sens` at `order`: the one-vector price of [`release::price`],
-/// except that a per-cell prior is priced at its minimum everywhere. Under replace-one a record
-/// may leave cell k of one row and enter the *same* cell k of another row, a move no single
-/// vector has (its two changed cells differ); a curve that exploits a per-cell prior through
-/// which two cells can change (an exact worst case) could miss it, while a uniform prior at α_m
-/// dominates every (k, l) pair alike. Curves that depend on α only through α_m (001 Cor. 3)
-/// give exactly the one-vector price.
-pub fn price(draw: &Draw, order: Order, sens: &Sensitivity, d: usize) -> f64 {
-    match draw {
-        Draw::Dirichlet {
-            r,
-            alpha: alpha @ Prior::PerCell(_),
-        } => release::price(
-            &Draw::Dirichlet {
-                r: *r,
-                alpha: Prior::Uniform(alpha.min()),
-            },
-            order,
-            sens,
-            d,
-        ),
-        Draw::Bounded {
-            r,
-            alpha: alpha @ Prior::PerCell(_),
-            lower,
-        } => release::price(
-            &Draw::Bounded {
-                r: *r,
-                alpha: Prior::Uniform(alpha.min()),
-                lower: lower.clone(),
-            },
-            order,
-            sens,
-            d,
-        ),
-        _ => release::price(draw, order, sens, d),
-    }
-}
-
 /// [`release::check_shapes`] for every row, before anything is drawn.
 pub fn check_shapes(
     draw: &Draw,
@@ -175,10 +138,11 @@ pub fn forecasts(draw: &Draw, table: &CountTable) -> Vec<Option<Forecast>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::privacy::bounded::CellValues;
     use crate::privacy::discrete::laplace_shift_one_rdp;
     use crate::privacy::divergence::renyi_dirichlet;
     use crate::privacy::sampler::release_shapes;
-    use crate::privacy::DirichletParams;
+    use crate::privacy::{DirichletParams, Order, Prior};
     use proptest::prelude::*;
 
     /// The Gamma shapes r·x + α of every row (test oracle input; same rounding as the sampler).
@@ -305,6 +269,21 @@ mod tests {
                     alpha: Prior::per_cell(a).unwrap(),
                 }
             }),
+            // The lower-bound draw: per-cell bounds L and the effective prior α + rL.
+            (
+                0.05f64..4.0,
+                prop::collection::vec(0.3f64..6.0, cells),
+                prop::collection::vec(0u8..=3, cells),
+            )
+                .prop_map(|(r, a, l)| {
+                    let lower: Vec<f64> = l.into_iter().map(f64::from).collect();
+                    let alpha = a.iter().zip(&lower).map(|(a, l)| a + r * l).collect();
+                    Draw::Bounded {
+                        r,
+                        alpha: Prior::per_cell(alpha).unwrap(),
+                        lower: CellValues::PerCell(lower),
+                    }
+                }),
             (0.2f64..20.0).prop_map(|sigma| Draw::Gaussian { sigma }),
             (0.2f64..20.0).prop_map(|scale| Draw::Laplace { scale }),
         ]
@@ -312,7 +291,12 @@ mod tests {
 
     /// The worst divergence over every neighbour of `t`, both directions, and the price.
     fn worst_and_price(t: &[Vec<f64>], draw: &Draw, order: f64, sens: &Sensitivity) -> (f64, f64) {
-        let price = super::price(draw, Order::new(order).unwrap(), sens, t[0].len());
+        let price = release::price(
+            draw,
+            Order::new(order).unwrap(),
+            &sens.for_table(),
+            t[0].len(),
+        );
         let worst = neighbours(t, sens)
             .iter()
             .flat_map(|n| {
@@ -393,7 +377,11 @@ mod tests {
         let d = product_divergence(&draw, 2.0, &t, &moved);
         assert!((1.0..1.1).contains(&d), "{d}");
         let order = Order::new(2.0).unwrap();
-        assert!(super::price(&draw, order, &Sensitivity::REPLACE_ONE, 2) >= d);
+        let table = Sensitivity::REPLACE_ONE.for_table();
+        assert!(release::price(&draw, order, &table, 2) >= d);
+        // The vector's price (two distinct cells) would under-charge this table: the flag is
+        // what makes the difference.
+        assert!(release::price(&draw, order, &Sensitivity::REPLACE_ONE, 2) < d);
         let (worst, price) = worst_and_price(&t, &draw, 2.0, &Sensitivity::REPLACE_ONE);
         assert!(worst <= price, "{worst} > {price}");
     }

@@ -1303,19 +1303,33 @@ async fn tables_are_released_for_the_price_of_one_vector(backend: Backend) {
     assert_eq!(items[1]["distribution"], vector["distribution"]);
 
     // A per-cell prior on an exactly priced dataset: a record may move to the *same* cell of
-    // another row, a move the vector's exact price (two distinct cells) does not cover, so the
-    // table is refused rather than under-charged (see `table::price`).
-    let mut per_cell =
+    // another row, a move the vector's exact price (two distinct cells) does not cover, so a
+    // table is calibrated against the table price (the smallest alpha in both changed cells):
+    // charged exactly what was asked, with a smaller r than the same request on one vector.
+    let per_cell =
         json!({"epsilon": 0.5, "mechanism": "diffuse", "alpha": [10.0, 11.0, 12.0, 13.0]});
-    per_cell["table"] = table.clone();
+    let mut as_table = per_cell.clone();
+    as_table["table"] = table.clone();
+    let mut as_vector = per_cell.clone();
+    as_vector["counts"] = counts.clone();
     let before = app.budget(&id).await;
-    assert_problem(
-        app.post(&path, ADMIN_TOKEN, &per_cell).await,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "cost-exceeds-epsilon",
-    )
-    .await;
-    assert_eq!(app.budget(&id).await, before);
+    let response = app.post(&path, ADMIN_TOKEN, &as_table).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let t: Value = response.json().await.unwrap();
+    assert_table(&t["distributions"], 3, 4);
+    assert_eq!(t["cost"]["epsilon"], 0.5);
+    assert_eq!(t["mechanism"]["pricing"], "exact");
+    let v = preview(as_vector).await;
+    let (r_table, r_vector) = (
+        t["mechanism"]["r"].as_f64().unwrap(),
+        v["mechanism"]["r"].as_f64().unwrap(),
+    );
+    assert!(r_table < r_vector, "table r {r_table}, vector r {r_vector}");
+    let after = app.budget(&id).await;
+    assert_eq!(
+        after["spent"].as_f64().unwrap(),
+        before["spent"].as_f64().unwrap() + 0.5
+    );
 
     // Every mechanism: the table costs exactly what the same request on one row costs.
     let mechanisms = [

@@ -14,6 +14,7 @@ use super::error::ApiError;
 use super::extract::{parse_json, Admin, ApiJson, ApiPath};
 use super::views::{BudgetView, DatasetView};
 use super::AppState;
+use crate::ledger::charge::MAX_EPSILON;
 use crate::ledger::{DpTarget, NewDataset, Units, UnitsError};
 use crate::privacy::convert::{default_order, dp_to_rdp_budget};
 use crate::privacy::{Delta, Epsilon, Order, ParamError, Sensitivity};
@@ -143,7 +144,7 @@ fn parse(req: CreateDataset, created_by: String) -> Result<NewDataset, ApiError>
             let delta = Delta::new(delta).map_err(|e| param_error("budget.delta", e))?;
             let order = match req.budget.order {
                 Some(o) => Order::new(o).map_err(|e| param_error("budget.order", e))?,
-                None => default_order(epsilon, delta),
+                None => default_order(epsilon, delta, MAX_EPSILON),
             };
             let rdp = dp_to_rdp_budget(epsilon, delta, order)
                 .map_err(|e| ApiError::invalid_field("budget.order", e.to_string()))?;

@@ -800,30 +800,18 @@ fn plan_request(
         }
         Input::Table(_) => parse_spec(req, dataset.order)?,
     };
-    // A table is priced as one vector of its row length: see `crate::table`.
-    let d = match &input {
-        Input::Vector(counts) => counts.len(),
-        Input::Table(t) => t.cells(),
+    // A table is priced as one vector of its row length under the table form of the
+    // dataset's relation: see `crate::table`.
+    let (d, sens) = match &input {
+        Input::Vector(counts) => (counts.len(), dataset.sensitivity),
+        Input::Table(t) => (t.cells(), dataset.sensitivity.for_table()),
     };
-    let plan = release::plan(&spec, d, dataset.order, &dataset.sensitivity)
-        .map_err(|e| plan_error(e, dataset))?;
+    let plan = release::plan(&spec, d, dataset.order, &sens).map_err(|e| plan_error(e, dataset))?;
     match &input {
-        Input::Vector(counts) => release::check_shapes(&plan.draw, counts, &dataset.sensitivity),
-        Input::Table(t) => table::check_shapes(&plan.draw, t, &dataset.sensitivity),
+        Input::Vector(counts) => release::check_shapes(&plan.draw, counts, &sens),
+        Input::Table(t) => table::check_shapes(&plan.draw, t, &sens),
     }
     .map_err(|e| plan_error(e, dataset))?;
-    if let Input::Table(t) = &input {
-        // Never charge a table less than its own worst case (see `table::price`); with every
-        // curve the service has today the two are equal and this never refuses.
-        let table_price = table::price(&plan.draw, dataset.order, &dataset.sensitivity, t.cells());
-        if table_price.is_nan() || table_price > plan.price {
-            return Err(ApiError::CostExceedsEpsilon(format!(
-                "a record moving between two rows of this table costs {table_price:?} at order {:?}, more than the {:?} this mechanism is priced at for one vector; give a uniform alpha",
-                dataset.order.get(),
-                plan.price
-            )));
-        }
-    }
     Ok(Planned { input, plan, label })
 }
 

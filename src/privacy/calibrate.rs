@@ -15,7 +15,7 @@
 use super::curve::{
     dirichlet_rdp, gaussian_rdp, laplace_neighbours, laplace_rdp, Pricing, ShiftPattern,
 };
-use super::exact::{exact_rdp_two, two_smallest};
+use super::exact::{exact_rdp_two, worst_pair};
 use super::special::{trigamma, trigamma_tetragamma};
 use super::types::{DirichletParams, Epsilon, Order, Prior, Sensitivity};
 
@@ -377,7 +377,7 @@ impl Problem<'_> {
     /// which maps the open interval onto ℝ and makes ln h nearly linear (slope in (1, 2)):
     /// r = α_m/(k + e^{−u}), z = α_m e^{−u}/(k + e^{−u}).
     fn diffuse(&self, alpha: &Prior) -> Result<DirichletParams, CalibrationError> {
-        let (alpha_min, alpha_2) = two_smallest(alpha);
+        let (alpha_min, alpha_2) = worst_pair(alpha, self.sens.is_table());
         let k = (self.lambda() - 1.0) * self.sens.linf();
         let c = self.half_lambda_l2();
         let target = self.target();

@@ -2,8 +2,7 @@
 //!
 //! All conversions round towards the conservative side: a DP ε derived from an RDP cost is
 //! nudged up by a few ulps of its terms, an RDP budget derived from a DP target nudged down.
-use super::curve::{dirichlet_max_order, dirichlet_rdp};
-use super::types::{Delta, Epsilon, Order, Sensitivity};
+use super::types::{Delta, Epsilon, Order};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConversionError {
@@ -79,21 +78,29 @@ fn rdp_budget(eps: f64, delta: f64, lambda: f64) -> f64 {
 /// golden-section search, then rounded to 3 significant digits so that budgets read well
 /// (λ − 1 is rounded instead when λ itself would round to 1, and the better of the two
 /// neighbouring 3-digit values is kept, provided its budget stays positive).
-pub fn default_order(epsilon: Epsilon, delta: Delta) -> Order {
+///
+/// The ledger holds budgets up to `max_budget` only, and B(λ) can exceed ε (by
+/// log(λ/(λ−1)) and, for δ near 1, more), so a large target's unconstrained optimum may
+/// convert to a budget the ledger refuses. The score is therefore min(B, max)/λ: beyond the
+/// order where B reaches the maximum the score falls as 1/λ, so the maximiser is the order
+/// whose budget is at most `max_budget` — the same order whenever the maximum does not bind.
+pub fn default_order(epsilon: Epsilon, delta: Delta, max_budget: f64) -> Order {
     let (eps, delta) = (epsilon.get(), delta.get());
     let score = |s: f64| {
         let lambda = 1.0 + s.exp();
         let b = rdp_budget(eps, delta, lambda);
         if b.is_finite() {
-            b / lambda
+            b.min(max_budget) / lambda
         } else {
             f64::NEG_INFINITY
         }
     };
     let s_star = maximise(score, -30.0, 60.0, 0.25);
     let exact = 1.0 + s_star.exp();
-    let admits =
-        |lambda: f64| lambda > 1.0 && lambda.is_finite() && rdp_budget(eps, delta, lambda) > 0.0;
+    let admits = |lambda: f64| {
+        let b = rdp_budget(eps, delta, lambda);
+        lambda > 1.0 && lambda.is_finite() && b > 0.0 && b <= max_budget
+    };
     let value = |lambda: f64| rdp_budget(eps, delta, lambda) / lambda;
     let mut candidates = round_3_significant(exact).to_vec();
     if candidates.iter().all(|&c| c <= 1.0) || exact < 1.01 {
@@ -102,11 +109,20 @@ pub fn default_order(epsilon: Epsilon, delta: Delta) -> Order {
             .map(|c| 1.0 + c)
             .collect();
     }
-    let best = candidates
+    let mut best = candidates
         .into_iter()
         .filter(|&c| admits(c))
         .max_by(|a, b| value(*a).total_cmp(&value(*b)))
         .unwrap_or(exact);
+    // Very large ε with δ near 1 puts the optimum at λ − 1 ≈ 1e-9, where B moves by ~0.1 per
+    // ulp of λ and neither 3-digit neighbour admits: step down from the optimum an ulp at a
+    // time to the first order whose budget fits (B falls as λ → 1 there).
+    for _ in 0..256 {
+        if admits(best) {
+            break;
+        }
+        best = f64::from_bits(best.to_bits() - 1);
+    }
     // B(λ) → ε > 0 as λ → ∞, so a positive-budget order always exists and `exact` is one.
     Order::new(best).unwrap_or_else(|_| Order::new(2.0).expect("2 is a valid order"))
 }
@@ -167,49 +183,6 @@ fn maximise(f: impl Fn(f64) -> f64, a: f64, b: f64, h: f64) -> f64 {
     }
 }
 
-/// 001 Theorem 4: the best (ε, δ) of a single Dirichlet release over continuous λ. Returns (ε, λ*).
-///
-/// Minimises [`rdp_to_dp`] of the curve (001 Corollary 3, [`dirichlet_rdp`]) over
-/// λ ∈ (1, 1 + α_m/(rΔ∞)). The function is strictly convex in the paper's δ-form (eq. 12) and
-/// tends to +∞ at both ends; the search runs over λ − 1 = (λ_max − 1)·σ(y), σ the logistic
-/// function, on a grid in y refined by golden-section search. Invalid `r` or `alpha_min`
-/// (non-finite or ≤ 0) give (+∞, NaN).
-pub fn best_dp_of_dirichlet(
-    r: f64,
-    alpha_min: f64,
-    sens: &Sensitivity,
-    delta: Delta,
-) -> (f64, f64) {
-    let max_order = dirichlet_max_order(r, alpha_min, sens);
-    if max_order.is_nan() || max_order <= 1.0 {
-        return (f64::INFINITY, f64::NAN);
-    }
-    let span = max_order - 1.0;
-    let order_at = |y: f64| {
-        let frac = if y >= 0.0 {
-            1.0 / (1.0 + (-y).exp())
-        } else {
-            y.exp() / (1.0 + y.exp())
-        };
-        1.0 + span * frac
-    };
-    let dp_at = |y: f64| {
-        let lambda = order_at(y);
-        match Order::new(lambda) {
-            Ok(order) => rdp_to_dp(order, dirichlet_rdp(order, r, alpha_min, sens), delta),
-            Err(_) => f64::INFINITY,
-        }
-    };
-    let y = maximise(|y| -dp_at(y), -60.0, 40.0, 0.25);
-    let lambda = order_at(y);
-    let eps = dp_at(y);
-    if eps.is_finite() {
-        (eps, lambda)
-    } else {
-        (f64::INFINITY, f64::NAN)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +195,9 @@ mod tests {
     fn delta(v: f64) -> Delta {
         Delta::new(v).unwrap()
     }
+
+    /// The ledger's largest budget (`ledger::charge::MAX_EPSILON`).
+    const MAX: f64 = 8192.0;
 
     #[test]
     fn lemma_1_at_a_known_value() {
@@ -265,7 +241,7 @@ mod tests {
 
     #[test]
     fn default_order_is_sane_for_1_and_1e_minus_6() {
-        let o = default_order(Epsilon::new(1.0).unwrap(), delta(1e-6)).get();
+        let o = default_order(Epsilon::new(1.0).unwrap(), delta(1e-6), MAX).get();
         // B(λ)/λ peaks in the low twenties for (1, 1e-6) (hand computation: B(20)/20 ≈ 0.024,
         // B(15)/15 ≈ 0.018, B(30)/30 ≈ 0.022).
         assert!(o > 15.0 && o < 30.0, "{o}");
@@ -306,44 +282,37 @@ mod tests {
     }
 
     #[test]
+    fn the_ledger_maximum_binds_only_where_it_must() {
+        // (8192, 0.999): B(λ) exceeds ε near the unconstrained optimum, past the ledger's
+        // maximum; the capped order's budget sits just below it.
+        let (eps, d) = (Epsilon::new(8192.0).unwrap(), delta(0.999));
+        let free = default_order(eps, d, f64::INFINITY);
+        assert!(dp_to_rdp_budget(eps, d, free).unwrap().get() > MAX);
+        let capped = default_order(eps, d, MAX);
+        let b = dp_to_rdp_budget(eps, d, capped).unwrap().get();
+        assert!(b <= MAX && b > 0.99 * MAX, "{b} at {}", capped.get());
+        // Where the maximum does not bind, it changes nothing.
+        let (eps, d) = (Epsilon::new(1.0).unwrap(), delta(1e-6));
+        assert_eq!(
+            default_order(eps, d, MAX),
+            default_order(eps, d, f64::INFINITY)
+        );
+    }
+
+    #[test]
     fn default_order_is_valid_across_targets() {
-        for eps in [1e-4, 0.01, 0.1, 1.0, 10.0, 100.0, 8192.0] {
+        for eps in [1e-4, 0.01, 0.1, 1.0, 10.0, 100.0, 8192.0, 10_000.0, 1e6] {
             for d in [1e-15, 1e-9, 1e-6, 1e-3, 0.5, 0.999] {
-                let o = default_order(Epsilon::new(eps).unwrap(), delta(d));
+                let o = default_order(Epsilon::new(eps).unwrap(), delta(d), MAX);
                 assert!(o.get() > 1.0);
+                let b = dp_to_rdp_budget(Epsilon::new(eps).unwrap(), delta(d), o);
                 assert!(
-                    dp_to_rdp_budget(Epsilon::new(eps).unwrap(), delta(d), o).is_ok(),
-                    "ε={eps} δ={d} λ={}",
+                    b.as_ref().is_ok_and(|b| b.get() <= MAX),
+                    "ε={eps} δ={d} λ={}: {b:?}",
                     o.get()
                 );
             }
         }
-    }
-
-    #[test]
-    fn best_dp_is_the_minimum_over_orders() {
-        let s = Sensitivity::REPLACE_ONE;
-        for (r, alpha) in [(1.0, 3.46), (1.0, 50.0), (0.1, 1.0), (5.0, 200.0)] {
-            let d = delta(1e-6);
-            let (eps, lambda) = best_dp_of_dirichlet(r, alpha, &s, d);
-            let max = dirichlet_max_order(r, alpha, &s);
-            assert!(eps.is_finite() && lambda > 1.0 && lambda < max);
-            // no order on a fine grid does better
-            for i in 1..2000 {
-                let l = 1.0 + (max - 1.0) * i as f64 / 2000.0;
-                let e = rdp_to_dp(order(l), dirichlet_rdp(order(l), r, alpha, &s), d);
-                assert!(
-                    eps <= e * (1.0 + 1e-9),
-                    "r={r} α={alpha}: {eps} at {lambda} vs {e} at {l}"
-                );
-            }
-        }
-        assert!(best_dp_of_dirichlet(f64::NAN, 1.0, &s, delta(1e-6))
-            .0
-            .is_infinite());
-        assert!(best_dp_of_dirichlet(1.0, 0.0, &s, delta(1e-6))
-            .0
-            .is_infinite());
     }
 
     #[test]

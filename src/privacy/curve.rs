@@ -5,7 +5,7 @@
 //! non-finite charges refuses the release.
 use serde::Serialize;
 
-use super::exact::{exact_rdp, scaled_trigamma};
+use super::exact::{exact_rdp_two, scaled_trigamma, worst_pair};
 use super::special::trigamma;
 use super::types::{Order, Prior, Relation, Sensitivity};
 
@@ -31,11 +31,15 @@ impl Pricing {
 /// `replace_one` / `add_remove_one` (exact worst case, per-cell priors included), 001
 /// Corollary 3 for custom sensitivities. The value is within `ledger::charge::
 /// CURVE_RELATIVE_ERROR` of the curve (the charge inflates by that); +∞ past the pole or for
-/// invalid input. This is the function every release is charged by.
+/// invalid input. This is the function every release is charged by. A table's sensitivity
+/// ([`Sensitivity::for_table`]) prices a per-cell prior at its smallest entry in both cells.
 pub fn dirichlet_price(order: Order, r: f64, alpha: &Prior, sens: &Sensitivity) -> (f64, Pricing) {
     let pricing = Pricing::for_sensitivity(sens);
     let value = match pricing {
-        Pricing::Exact => exact_rdp(order, r, alpha, sens.relation()),
+        Pricing::Exact => {
+            let (a1, a2) = worst_pair(alpha, sens.is_table());
+            exact_rdp_two(order, r, a1, a2, sens.relation())
+        }
         Pricing::Bound => dirichlet_rdp(order, r, alpha.min(), sens),
     };
     (value, pricing)

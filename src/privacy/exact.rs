@@ -151,7 +151,7 @@ fn add_down(x: f64, y: f64) -> f64 {
 }
 
 /// The two smallest entries of a prior (both the same for a uniform one).
-pub fn two_smallest(alpha: &Prior) -> (f64, f64) {
+fn two_smallest(alpha: &Prior) -> (f64, f64) {
     match alpha {
         Prior::Uniform(a) => (*a, *a),
         Prior::PerCell(v) => {
@@ -174,8 +174,8 @@ pub fn two_smallest(alpha: &Prior) -> (f64, f64) {
 /// relation, which has no exact form here), at and beyond the pole λ ≥ 1 + α_m/r. Never below
 /// `f64::MIN_POSITIVE` (the true cost is positive even when the value underflows).
 pub fn exact_rdp(order: Order, r: f64, alpha: &Prior, relation: Relation) -> f64 {
-    let (m1, m2) = two_smallest(alpha);
-    exact_rdp_two(order, r, m1, m2, relation)
+    let (a1, a2) = worst_pair(alpha, false);
+    exact_rdp_two(order, r, a1, a2, relation)
 }
 
 /// ε* of a *table* release (rows of disjoint groups, drawn independently, one prior for every
@@ -184,8 +184,19 @@ pub fn exact_rdp(order: Order, r: f64, alpha: &Prior, relation: Relation) -> f64
 /// price of the uniform prior α_m. Add/remove changes one cell of one row: the vector price.
 /// docs/PRIVACY.md ("Tables") has the proof.
 pub fn exact_table_rdp(order: Order, r: f64, alpha: &Prior, relation: Relation) -> f64 {
-    let (m1, _) = two_smallest(alpha);
-    exact_rdp_two(order, r, m1, m1, relation)
+    let (a1, a2) = worst_pair(alpha, true);
+    exact_rdp_two(order, r, a1, a2, relation)
+}
+
+/// The two prior entries ε* depends on: the two smallest for one vector (a record moves
+/// between two *distinct* cells), the smallest twice for a table ([`exact_table_rdp`]).
+pub fn worst_pair(alpha: &Prior, table: bool) -> (f64, f64) {
+    let (m1, m2) = two_smallest(alpha);
+    if table {
+        (m1, m1)
+    } else {
+        (m1, m2)
+    }
 }
 
 /// [`exact_rdp`] from the two smallest prior entries α₁ ≤ α₂ (α₂ = α₁ for a uniform prior).

@@ -12,7 +12,8 @@
 //!
 //! Guarantee and price: with weights exp(ε·u/(2Δ)) the selection is ε-bounded-range (the
 //! log-ratio P[j|x]/P[j|x′] varies over j by at most ε·2Δ/(2Δ)), hence ε-DP and
-//! ε²/8-zCDP (Cesar & Rogers 2021, "Bounding, Concentrating, and Truncating", Lemma 3.2), i.e.
+//! ε²/8-zCDP (Cesar & Rogers, "Bounding, Concentrating, and Truncating", ALT 2021: ε-bounded
+//! range implies ε²/8-zCDP; the property test checks the factor 1/8 itself), i.e.
 //! (λ, λε²/8)-RDP at every order, and trivially (λ, ε)-RDP: the price at λ₀ is
 //! min(ε, λ₀ε²/8). The tests check that factor by brute force on the weights the sampler
 //! actually uses.

@@ -97,12 +97,19 @@ impl Delta {
 /// numbers: a histogram neighbour moves whole records (two cells by 1, or one cell by 1), while
 /// a custom (Δ2², Δ∞) admits every change inside that ball, which some mechanisms (Laplace) price
 /// higher. Equality therefore compares the relation too.
+///
+/// [`Sensitivity::for_table`] is the same relation applied to a *table* of disjoint groups'
+/// rows drawn with one plan: under replace-one a record may then leave cell k of one row and
+/// join the same cell k of another, a move no single vector has, so a per-cell prior is priced
+/// at its smallest entry in both changed cells (docs/PRIVACY.md, "Tables").
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Sensitivity {
     l2_squared: f64,
     linf: f64,
     #[serde(skip)]
     relation: Relation,
+    #[serde(skip)]
+    table: bool,
 }
 
 /// Which neighbouring relation a [`Sensitivity`] describes.
@@ -119,12 +126,14 @@ impl Sensitivity {
         l2_squared: 2.0,
         linf: 1.0,
         relation: Relation::ReplaceOne,
+        table: false,
     };
     /// Add or remove one record: Δ2² = 1, Δ∞ = 1.
     pub const ADD_REMOVE_ONE: Sensitivity = Sensitivity {
         l2_squared: 1.0,
         linf: 1.0,
         relation: Relation::AddRemoveOne,
+        table: false,
     };
 
     /// Both must be finite and > 0, and Δ∞² ≤ Δ2² (one cell cannot move further than the whole vector).
@@ -157,6 +166,7 @@ impl Sensitivity {
             l2_squared,
             linf,
             relation: Relation::Custom,
+            table: false,
         })
     }
     /// A stored sensitivity: the named histogram relations map to their constants, anything
@@ -172,6 +182,20 @@ impl Sensitivity {
 
     pub fn relation(&self) -> Relation {
         self.relation
+    }
+
+    /// This relation on a table of disjoint rows released under one plan (see the type's docs).
+    /// The sensitivities (Δ2², Δ∞) of the whole table are those of one vector.
+    pub fn for_table(self) -> Self {
+        Self {
+            table: true,
+            ..self
+        }
+    }
+
+    /// Whether this prices a table ([`Sensitivity::for_table`]) rather than one vector.
+    pub fn is_table(&self) -> bool {
+        self.table
     }
 
     pub fn l2_squared(&self) -> f64 {
