@@ -12,9 +12,7 @@
 //! the solver's residual, and the result is then verified and, if needed, nudged along the
 //! monotone parameter. A result that cannot meet both bounds in f64 is a typed error.
 
-use super::curve::{
-    dirichlet_rdp, gaussian_rdp, laplace_neighbours, laplace_rdp, Pricing, ShiftPattern,
-};
+use super::curve::{dirichlet_rdp, gaussian_rdp, Pricing};
 use super::exact::{exact_rdp_two, worst_pair};
 use super::special::{trigamma, trigamma_tetragamma};
 use super::types::{DirichletParams, Epsilon, Order, Prior, Sensitivity};
@@ -561,59 +559,6 @@ pub fn gaussian_sigma(order: Order, epsilon: Epsilon, sens: &Sensitivity) -> f64
     settle(sigma0, false, eps, |s| gaussian_rdp(order, s, sens)).unwrap_or(f64::INFINITY)
 }
 
-/// Laplace scale b whose worst-case curve value at `order` is ε (never above it), for the
-/// neighbours of [`laplace_rdp`] (Mironov 2017 Prop. 6). Each candidate worst neighbour's
-/// cost is solved for its own b by Newton in ln(1/b) (costs rise with 1/b); the largest b
-/// makes every candidate fit. Same contract as [`calibrate`].
-pub fn laplace_scale(
-    order: Order,
-    epsilon: Epsilon,
-    sens: &Sensitivity,
-    d: usize,
-) -> Result<f64, CalibrationError> {
-    let eps = epsilon.get();
-    let lambda = order.get();
-    let infeasible = |reason: &str| CalibrationError::Infeasible {
-        order: lambda,
-        epsilon: eps,
-        reason: reason.to_string(),
-    };
-    if d == 0 {
-        return Err(infeasible("the vector has no cells"));
-    }
-    let target = eps * (1.0 - TARGET_SHORTFALL);
-    let mut scale: f64 = 0.0;
-    for pattern in laplace_neighbours(sens, d) {
-        scale = scale.max(laplace_scale_for(lambda, target, &pattern));
-    }
-    if !(scale.is_finite() && scale > 0.0) {
-        return Err(infeasible("the scale overflows"));
-    }
-    settle(scale, false, eps, |b| laplace_rdp(order, b, sens, d))
-        .ok_or_else(|| infeasible("the solution is not representable in f64 precision"))
-}
-
-fn laplace_scale_for(lambda: f64, target: f64, pattern: &ShiftPattern) -> f64 {
-    let (s1, s2) = pattern.moments();
-    // The cost is below min(Σs/b, λΣs²/2b²) (pure DP and zCDP bounds), so at
-    // b = min(Σs/ε, √(λΣs²/2ε)) it is ≤ ε: v = ln(1/b) there is a lower end of the bracket.
-    let b_safe = (s1 / target).min((lambda * s2 / (2.0 * target)).sqrt());
-    let lo = nan_to(-b_safe.ln(), f64::NEG_INFINITY);
-    let ln_target = target.ln();
-    let v = newton(
-        |v| {
-            let b = (-v).exp();
-            let cost = pattern.cost(lambda, b);
-            let slope = pattern.cost_log_derivative(lambda, b) / cost;
-            (cost.ln() - ln_target, slope)
-        },
-        if lo.is_finite() { lo } else { 0.0 },
-        lo,
-        f64::INFINITY,
-    );
-    (-v).exp()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -953,6 +898,8 @@ mod tests {
 
     #[test]
     fn laplace_scale_contract_presets_and_custom() {
+        // The discrete Laplace's calibration, held to this module's contract on a wide grid.
+        use crate::privacy::discrete::{laplace_rdp, laplace_scale};
         let custom = Sensitivity::new(3.0, 1.5).unwrap();
         for s in [
             Sensitivity::REPLACE_ONE,

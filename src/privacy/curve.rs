@@ -114,136 +114,21 @@ pub fn gaussian_rdp(order: Order, sigma: f64, sens: &Sensitivity) -> f64 {
     }
 }
 
-/// Laplace noise of scale b per cell on a d-cell vector (Mironov 2017 Prop. 6, worst neighbour).
-///
-/// The cost of the whole vector is Σᵢ ε_{sᵢ}(λ) over the cells a neighbour shifts by sᵢ (the
-/// noise is independent per cell, so the Rényi divergences add), with ε_s from
-/// [`laplace_cell_rdp`]. The worst neighbour depends on the sensitivity:
-///
-/// - `Sensitivity::REPLACE_ONE` (histogram, replace one record): two cells shift by 1. A custom
-///   declaration with the same numbers is *not* this relation and is priced over its whole ball.
-/// - `Sensitivity::ADD_REMOVE_ONE` (histogram, add or remove a record): one cell shifts by 1.
-///
-///   These two are recognised by value, as PRIVACY-MATH's table defines them: a statistic that
-///   changes by 0 or ±1 per cell. A custom real-valued statistic declaring exactly (2, 1) or
-///   (1, 1) is therefore priced as the histogram relation, which is too low for it (spreading
-///   the same ℓ2 change over many cells costs more, see below); such a statistic must be
-///   declared with other values.
-/// - any other (custom) sensitivity: the worst case over every shift vector with at most d
-///   non-zero cells, |sᵢ| ≤ Δ∞ and Σsᵢ² ≤ Δ2². With g(t) = ε_{√t}, concave and increasing in t
-///   (checked numerically in the tests; ε_s ≈ λs²/2b² near 0 and ≈ s/b far out), Jensen gives
-///   Σ g(sᵢ²) ≤ d·g(mean sᵢ²) ≤ d·g(min(Δ∞², Δ2²/d)): the worst neighbour spreads the change
-///   evenly over all d cells. As a guard against that numerical premise, the price is the
-///   maximum of this and the "greedy" neighbour (⌊Δ2²/Δ∞²⌋ cells at Δ∞, one cell with the rest).
-///
-/// +∞ for a non-finite or non-positive scale, or d = 0.
-pub fn laplace_rdp(order: Order, scale: f64, sens: &Sensitivity, d: usize) -> f64 {
-    if !valid_positive(scale) || d == 0 {
-        return f64::INFINITY;
-    }
-    let value = laplace_worst_case(order.get(), scale, sens, d);
-    if value.is_nan() {
-        f64::INFINITY
-    } else {
-        value.max(f64::MIN_POSITIVE)
-    }
-}
-
-fn laplace_worst_case(lambda: f64, scale: f64, sens: &Sensitivity, d: usize) -> f64 {
-    laplace_neighbours(sens, d)
-        .iter()
-        .map(|n| n.cost(lambda, scale))
-        // f64::max would drop a NaN; keep it so that the caller prices it at +∞.
-        .fold(0.0, |worst, c| {
-            if c.is_nan() || worst.is_nan() {
-                f64::NAN
-            } else {
-                worst.max(c)
-            }
-        })
-}
-
-/// A neighbour's shift pattern: `count` cells shifted by `shift`, plus `rest_count` (0 or 1)
-/// cells shifted by `rest`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct ShiftPattern {
-    pub count: f64,
-    pub shift: f64,
-    pub rest_count: f64,
-    pub rest: f64,
-}
-
-impl ShiftPattern {
-    /// Σ over the pattern's cells of ε_s(λ) at scale b (Mironov 2017 Prop. 6; RDP of
-    /// independent cells adds).
-    pub(crate) fn cost(&self, lambda: f64, scale: f64) -> f64 {
-        let mut total = self.count * laplace_shift_rdp(lambda, self.shift / scale);
-        if self.rest_count > 0.0 {
-            total += self.rest_count * laplace_shift_rdp(lambda, self.rest / scale);
-        }
-        total
-    }
-
-    /// d/d(ln 1/b) of [`Self::cost`]: Σ ε′_s(u)·u over the cells, u = s/b.
-    pub(crate) fn cost_log_derivative(&self, lambda: f64, scale: f64) -> f64 {
-        let term = |s: f64| {
-            let u = s / scale;
-            laplace_shift_rdp_derivative(lambda, u) * u
-        };
-        let mut total = self.count * term(self.shift);
-        if self.rest_count > 0.0 {
-            total += self.rest_count * term(self.rest);
-        }
-        total
-    }
-
-    /// Σ sᵢ and Σ sᵢ² over the pattern's cells (for the pure-DP and zCDP bounds).
-    pub(crate) fn moments(&self) -> (f64, f64) {
-        (
-            self.count * self.shift + self.rest_count * self.rest,
-            self.count * self.shift * self.shift + self.rest_count * self.rest * self.rest,
-        )
-    }
-}
-
-/// The candidate worst neighbours of [`laplace_rdp`]; the price is the largest of their costs.
-pub(crate) fn laplace_neighbours(sens: &Sensitivity, d: usize) -> Vec<ShiftPattern> {
-    let single = |count: f64, shift: f64| ShiftPattern {
-        count,
-        shift,
-        rest_count: 0.0,
-        rest: 0.0,
-    };
-    if *sens == Sensitivity::REPLACE_ONE {
-        return vec![single(2.0, 1.0)];
-    }
-    if *sens == Sensitivity::ADD_REMOVE_ONE {
-        return vec![single(1.0, 1.0)];
-    }
-    let (l2_squared, linf) = (sens.l2_squared(), sens.linf());
-    let d_f = d as f64;
-    let even = single(d_f, linf.min((l2_squared / d_f).sqrt()));
-    // ⌊Δ2²/Δ∞²⌋ ≥ 1 because Sensitivity guarantees Δ∞² ≤ Δ2².
-    let full = (l2_squared / (linf * linf)).floor().min(d_f);
-    let rest = (l2_squared - full * linf * linf).max(0.0).sqrt();
-    let greedy = ShiftPattern {
-        count: full,
-        shift: linf,
-        rest_count: if full < d_f && rest > 0.0 { 1.0 } else { 0.0 },
-        rest,
-    };
-    vec![even, greedy]
-}
-
 /// Mironov 2017 Prop. 6: the RDP of one Laplace cell whose mean moves by s, at u = s/b:
 /// ε_s(λ) = 1/(λ−1) · log( λ/(2λ−1)·e^{(λ−1)u} + (λ−1)/(2λ−1)·e^{−λu} ).
 ///
 /// Computed without overflow for large u and without cancellation for small u (where the two
 /// exponentials' first-order terms cancel exactly). +∞ for a NaN, negative or infinite u.
-pub fn laplace_cell_rdp(order: Order, shift_over_scale: f64) -> f64 {
+///
+/// The *continuous* Laplace's curve: no release is priced by it (the service draws the discrete
+/// Laplace, `discrete::laplace_rdp`); the tests keep it as the reference the discrete curve is
+/// compared with.
+#[cfg(test)]
+pub(crate) fn laplace_cell_rdp(order: Order, shift_over_scale: f64) -> f64 {
     laplace_shift_rdp(order.get(), shift_over_scale)
 }
 
+#[cfg(test)]
 fn laplace_shift_rdp(lambda: f64, u: f64) -> f64 {
     if u.is_nan() || u < 0.0 || u == f64::INFINITY {
         return f64::INFINITY;
@@ -262,13 +147,6 @@ fn laplace_shift_rdp(lambda: f64, u: f64) -> f64 {
         // Factor out the dominant e^{(λ−1)u}: (λ−1)ε = x + log(p + q e^{−(2λ−1)u}).
         (x + (p + q * (-two_lm1 * u).exp()).ln()) / lm1
     }
-}
-
-/// dε_s/du of [`laplace_shift_rdp`]: λ(1 − e^{−(2λ−1)u}) / (λ + (λ−1)e^{−(2λ−1)u}).
-fn laplace_shift_rdp_derivative(lambda: f64, u: f64) -> f64 {
-    let lm1 = lambda - 1.0;
-    let e = (-(lambda + lm1) * u).exp();
-    lambda * -(-(lambda + lm1) * u).exp_m1() / (lambda + lm1 * e)
 }
 
 /// 1/(k+2)! for k = 0…17.
@@ -336,9 +214,7 @@ mod tests {
             assert_eq!(dirichlet_rdp(order(2.0), 1.0, bad, &s), f64::INFINITY);
             assert_eq!(dirichlet_max_order(bad, 3.0, &s), 1.0);
             assert_eq!(gaussian_rdp(order(2.0), bad, &s), f64::INFINITY);
-            assert_eq!(laplace_rdp(order(2.0), bad, &s, 10), f64::INFINITY);
         }
-        assert_eq!(laplace_rdp(order(2.0), 1.0, &s, 0), f64::INFINITY);
     }
 
     #[test]
@@ -387,16 +263,6 @@ mod tests {
         let got = laplace_cell_rdp(order(3.0), 0.5);
         assert!((got - want).abs() <= 1e-15 * want, "{got} vs {want}");
         assert_eq!(laplace_cell_rdp(order(2.0), 0.0), 0.0);
-        // replace-one = two cells of s = 1; add/remove = one.
-        let one = laplace_cell_rdp(order(2.0), 1.0 / 3.0);
-        assert_eq!(
-            laplace_rdp(order(2.0), 3.0, &Sensitivity::REPLACE_ONE, 50),
-            2.0 * one
-        );
-        assert_eq!(
-            laplace_rdp(order(2.0), 3.0, &Sensitivity::ADD_REMOVE_ONE, 50),
-            one
-        );
     }
 
     #[test]
@@ -456,61 +322,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn laplace_cell_is_concave_in_the_squared_shift() {
-        // The custom-sensitivity worst case relies on g(t) = ε_{√t} being concave and
-        // increasing. Checked by second differences on a log grid of t for many orders.
-        for lambda in [1.0001, 1.01, 1.2, 1.5, 2.0, 3.0, 8.0, 32.0, 256.0, 4096.0] {
-            let g = |t: f64| laplace_shift_rdp(lambda, t.sqrt());
-            let mut t = 1e-8;
-            while t < 1e6 {
-                let h = t * 1e-2;
-                let (a, b, c) = (g(t - h), g(t), g(t + h));
-                assert!(c >= b && b >= a, "not increasing at λ={lambda} t={t}");
-                // allow rounding noise relative to the values
-                assert!(
-                    a + c - 2.0 * b <= 1e-12 * b,
-                    "not concave at λ={lambda} t={t}: {}",
-                    a + c - 2.0 * b
-                );
-                t *= 1.3;
-            }
-        }
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
-
-        #[test]
-        fn laplace_price_dominates_every_feasible_custom_allocation(
-            lambda in 1.01f64..50.0,
-            scale in 0.05f64..20.0,
-            linf in 0.1f64..3.0,
-            extra in 1.0f64..6.0,
-            d in 2usize..12,
-            raw in proptest::collection::vec(0.0f64..1.0, 12),
-            cells in 1usize..12,
-        ) {
-            let l2_squared = linf * linf * extra;
-            let sens = Sensitivity::new(l2_squared, linf).unwrap();
-            prop_assume!(sens != Sensitivity::REPLACE_ONE && sens != Sensitivity::ADD_REMOVE_ONE);
-            let price = laplace_rdp(order(lambda), scale, &sens, d);
-            // a random feasible allocation on min(cells, d) cells: clip to Δ∞, then scale into
-            // the ℓ2 ball.
-            let k = cells.min(d);
-            let mut s: Vec<f64> = raw[..k].iter().map(|v| v * linf).collect();
-            let norm2: f64 = s.iter().map(|v| v * v).sum();
-            if norm2 > l2_squared {
-                let f = (l2_squared / norm2).sqrt();
-                s.iter_mut().for_each(|v| *v *= f);
-            }
-            let cost: f64 = s.iter().map(|v| laplace_cell_rdp(order(lambda), v / scale)).sum();
-            prop_assert!(price >= cost * (1.0 - 1e-12), "price {} < allocation cost {}", price, cost);
-            // and the even split itself is feasible and priced exactly
-            let even = linf.min((l2_squared / d as f64).sqrt());
-            let even_cost = d as f64 * laplace_cell_rdp(order(lambda), even / scale);
-            prop_assert!(price >= even_cost);
-        }
 
         #[test]
         fn dirichlet_curve_is_monotone_in_order_and_r(
@@ -529,6 +342,7 @@ mod tests {
 
     #[test]
     fn a_custom_declaration_is_never_priced_as_a_histogram_relation() {
+        use crate::privacy::discrete::laplace_rdp;
         let custom = Sensitivity::new(2.0, 1.0).unwrap();
         assert_ne!(custom, Sensitivity::REPLACE_ONE);
         for d in [2usize, 10, 1000] {
