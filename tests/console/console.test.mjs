@@ -24,6 +24,7 @@ const secrets = [ADMIN];
 const problems = [];
 const consoleResponses = [];
 let releaseKeys = [];
+const listQueries = [];
 
 function step(name) {
   console.log(`  - ${name}`);
@@ -54,6 +55,7 @@ function watch(page) {
     if (request.method() === 'POST' && /\/releases$/.test(path)) {
       releaseKeys.push(request.headers()['idempotency-key']);
     }
+    if (request.method() === 'GET' && /\/releases$/.test(path)) listQueries.push(new URL(url).search);
   });
   page.on('response', (response) => {
     const path = new URL(response.url()).pathname;
@@ -216,6 +218,9 @@ try {
   await page.getByRole('button', { name: 'Show the output of release 1' }).click();
   await page.locator('figcaption', { hasText: 'Release #1' }).waitFor();
   await page.screenshot({ path: `${OUT}/dataset.png`, fullPage: true });
+  // The spend chart reads release summaries, never every output; only the paged table does.
+  assert.ok(listQueries.some((q) => /fields=summary/.test(q)), `listings seen: ${listQueries}`);
+  assert.ok(listQueries.filter((q) => !/fields=summary/.test(q)).every((q) => /limit=10(&|$)/.test(q)), `listings seen: ${listQueries}`);
 
   step('the datasets list sorts by remaining budget');
   await page.getByRole('link', { name: 'Datasets', exact: true }).click();

@@ -451,9 +451,9 @@ async function renderDataset(datasetId) {
     section('Spend over time', chartSlot),
     section('Preview and release', form),
     section('Releases', tableSlot, outputSlot));
-  const [history, list] = await Promise.all([loadLedger(), loadPage()]);
-  const latest = list.items[0] || history.items[history.items.length - 1];
-  if (latest) showOutput(latest);
+  // The spend chart's history is summaries (no outputs): the newest output is the page's.
+  const [, list] = await Promise.all([loadLedger(), loadPage()]);
+  if (list.items[0]) showOutput(list.items[0]);
 }
 
 // ------------------------------------------------------------------ admin forms
