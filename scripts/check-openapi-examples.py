@@ -202,6 +202,13 @@ check(S + "ReleaseRecord", release, False, "record with budget")
 check(S + "ReleaseList", {"items": [record], "next_before": 1}, True, "page with more")
 check(S + "ReleaseList", {"items": [], "next_before": None}, True, "last page")
 check(S + "ReleaseList", {"items": [], "next_before": 0}, False, "next_before 0")
+summary = {k: record[k] for k in ("id", "dataset_id", "seq", "created_at", "created_by", "cost")}
+check(S + "ReleaseSummary", summary, True, "summary")
+check(S + "ReleaseSummary", dict(summary, label="by age band"), True, "labelled summary")
+check(S + "ReleaseSummary", dict(summary, distribution=record["distribution"]), False, "summary with an output")
+check(S + "ReleaseSummary", dict(summary, mechanism=record["mechanism"]), False, "summary with a mechanism")
+check(S + "ReleaseList", {"items": [summary, dict(summary, seq=1)], "next_before": None}, True, "page of summaries")
+check(S + "ReleaseList", {"items": [dict(record, distribution=None)], "next_before": None}, False, "record without its output")
 preview = {"mechanism": mechanism, "cost": {"order": 2, "epsilon": 0.25}, "admissible": True,
            "budget_after": budget, "forecast": forecast}
 check(S + "Preview", preview, True, "preview")

@@ -1538,6 +1538,117 @@ async fn invalid_tables_and_labels_are_refused(backend: Backend) {
     assert_eq!(response.status(), StatusCode::CREATED);
 }
 
+/// `fields=summary` lists who spent what when, without outputs or mechanism records, paged
+/// like the full listing (by count: a summary's size does not depend on the release's).
+async fn a_summary_listing_omits_outputs_and_mechanisms(backend: Backend) {
+    // Room for four summaries per page (and three six-cell releases in a full page).
+    let app = spawn_app_with(backend, |s| s.max_page_bytes = 4 * 2048).await;
+    let id = app.create_dataset(2.0, 10.0).await;
+    let path = format!("/v1/datasets/{id}/releases");
+    let analyst = app.analyst_token(&[&id]).await;
+    let bodies = [
+        json!({"counts": [120, 45, 3, 0, 17, 9], "epsilon": 0.4, "label": "visits | 2026-11"}),
+        json!({"table": [[40, 12, 1, 0, 5, 2], [55, 20, 1, 0, 8, 4]], "epsilon": 0.5, "label": "by age band"}),
+        json!({"counts": [1, 2, 3, 4, 5, 6], "epsilon": 0.1, "mechanism": "diffuse", "alpha": [1, 2, 3, 4, 5, 6]}),
+        json!({"counts": [1, 2, 3, 4, 5, 6], "epsilon": 0.2, "mechanism": "laplace"}),
+        json!({"counts": [6, 5, 4, 3, 2, 1], "epsilon": 0.3}),
+    ];
+    let mut released = Vec::new();
+    for (i, body) in bodies.iter().enumerate() {
+        let token = if i % 2 == 0 { ADMIN_TOKEN } else { &analyst };
+        let response = app.post(&path, token, body).await;
+        assert_eq!(response.status(), StatusCode::CREATED, "{body}");
+        released.push(response.json::<Value>().await.unwrap());
+    }
+    released.reverse(); // newest first, as listed
+
+    let summary = |query: &str| {
+        let url = format!("{path}?fields=summary{query}");
+        let app = &app;
+        async move {
+            let response = app.get(&url, ADMIN_TOKEN).await;
+            assert_eq!(response.status(), StatusCode::OK, "{url}");
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let first = summary("").await;
+    assert_eq!(
+        first["next_before"], 2,
+        "four summaries fit a page: {first}"
+    );
+    let rest = summary("&before=2").await;
+    assert_eq!(rest["next_before"], Value::Null);
+    let items: Vec<&Value> = first["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(rest["items"].as_array().unwrap())
+        .collect();
+    assert_eq!(items.len(), released.len());
+    for (item, full) in items.iter().zip(&released) {
+        let mut keys: Vec<&str> = item
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        let mut expected = vec![
+            "cost",
+            "created_at",
+            "created_by",
+            "dataset_id",
+            "id",
+            "seq",
+        ];
+        if full.get("label").is_some() {
+            expected.push("label");
+            expected.sort_unstable();
+        }
+        assert_eq!(keys, expected, "{item}");
+        for key in &expected {
+            assert_eq!(item[key], full[key], "{key} of {item}");
+        }
+    }
+    assert_eq!(items[3]["label"], "by age band");
+    assert_ne!(items[3]["created_by"], "admin");
+
+    // The full listing pages by size, the summary by count; a limit applies to both.
+    let full: Value = app.get(&path, ADMIN_TOKEN).await.json().await.unwrap();
+    assert_eq!(full["items"].as_array().unwrap().len(), 3);
+    assert!(full["items"][0].get("distribution").is_some());
+    let limited = summary("&limit=2&before=5").await;
+    let seqs: Vec<i64> = limited["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["seq"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seqs, vec![4, 3]);
+    assert_eq!(limited["next_before"], 3);
+
+    // An analyst of the dataset may ask; anything but `summary` is refused.
+    let response = app.get(&format!("{path}?fields=summary"), &analyst).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    for query in ["fields=full", "fields=", "fields=summary&fields=summary"] {
+        let response = app.get(&format!("{path}?{query}"), ADMIN_TOKEN).await;
+        assert_problem(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
+    }
+    let other = app.create_dataset(2.0, 1.0).await;
+    let response = app
+        .get(
+            &format!("/v1/datasets/{other}/releases?fields=summary"),
+            &analyst,
+        )
+        .await;
+    assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
+}
+
 on_both_backends!(
     exact_splits_and_exact_pricing,
     a_timed_out_release_is_a_problem_and_never_half_written,
@@ -1552,4 +1663,5 @@ on_both_backends!(
     baselines_are_discrete_priced_and_projected,
     tables_are_released_for_the_price_of_one_vector,
     invalid_tables_and_labels_are_refused,
+    a_summary_listing_omits_outputs_and_mechanisms,
 );

@@ -1,5 +1,6 @@
 //! The console's server side, on SQLite and PostgreSQL, without a browser: every `/console`
-//! response (page, assets, HEAD, unknown file, wrong method) carries the security headers; the
+//! response (page, assets, HEAD, unknown file or path, wrong method, oversized headers) carries
+//! the security headers; the
 //! assets reference only each other and use no inline code; `GET /v1/whoami` names the role.
 //! The browser scenario is `scripts/console-test.sh`.
 
@@ -69,6 +70,41 @@ async fn console_responses_carry_the_security_headers(backend: Backend) {
         let body = assert_problem(missing, StatusCode::NOT_FOUND, "not-found").await;
         assert_eq!(body["detail"], "no such console file", "{path}");
     }
+
+    // Paths under /console that no console route serves are answered by the router's fallback,
+    // outside the console's routes; they are still console pages to a browser.
+    for path in ["/console/", "/console/a/b", "/console/app.js/x"] {
+        let missing = client.get(app.url(path)).send().await.unwrap();
+        assert_security_headers(&missing, path);
+        assert_problem(missing, StatusCode::NOT_FOUND, "not-found").await;
+    }
+
+    // The header limits answer before any route is matched.
+    let oversized = client
+        .get(app.url("/console"))
+        .header("x-big", "v".repeat(20 * 1024))
+        .send()
+        .await
+        .unwrap();
+    assert_security_headers(&oversized, "GET /console with a 20 KiB header");
+    assert_problem(
+        oversized,
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "headers-too-large",
+    )
+    .await;
+    let mut many = client.get(app.url("/console/app.js"));
+    for i in 0..120 {
+        many = many.header(format!("x-filler-{i}"), "v");
+    }
+    let many = many.send().await.unwrap();
+    assert_security_headers(&many, "GET /console/app.js with 120 header lines");
+    assert_problem(
+        many,
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "headers-too-large",
+    )
+    .await;
 
     let post = client
         .post(app.url("/console"))

@@ -1503,6 +1503,16 @@ async fn every_response_matches_the_description(backend: Backend) {
     api.call("listReleases", &format!("{releases}?limit=10000"))
         .expect(200)
         .await;
+    let summaries = api
+        .call(
+            "listReleases",
+            &format!("{releases}?fields=summary&limit=3"),
+        )
+        .expect(200)
+        .await;
+    let summaries = summaries.body["items"].as_array().unwrap();
+    assert_eq!(summaries.len(), 3);
+    assert!(summaries.iter().all(|r| r.get("distribution").is_none()));
     let last = api
         .call("listReleases", &format!("{releases}?before=1"))
         .expect(200)
@@ -1517,6 +1527,7 @@ async fn every_response_matches_the_description(backend: Backend) {
         "before=0",
         "before=-1",
         "before=x",
+        "fields=outputs",
         "colour=red",
     ] {
         api.call("listReleases", &format!("{releases}?{query}"))

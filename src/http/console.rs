@@ -10,7 +10,7 @@
 
 use axum::extract::Request;
 use axum::http::{header, HeaderName, HeaderValue};
-use axum::middleware::{self, Next};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -76,28 +76,37 @@ pub const ASSETS: [(&str, &str, &str); 6] = [
     ),
 ];
 
+/// The console's routes. Its security headers are added by [`security_headers`], which
+/// `http::router` installs outside every other layer.
 pub fn router() -> Router<AppState> {
-    let pages = Router::new()
-        .route("/console", get(index).fallback(wrong_method))
-        .route("/console/{asset}", get(asset).fallback(wrong_method))
-        .layer(middleware::from_fn(security_headers));
-    pages.route("/v1/whoami", get(whoami))
+    Router::new()
+        .route("/console", get(index))
+        .route("/console/{asset}", get(asset))
+        .route("/v1/whoami", get(whoami))
 }
 
-/// The same 405 as the router's own, but as a fallback of these routes, so that it passes
-/// through `security_headers` (the router-wide one is installed outside this layer).
-async fn wrong_method() -> ApiError {
-    ApiError::MethodNotAllowed
+/// Whether `path` is the console's: `/console` and everything under it, routed or not.
+fn is_console(path: &str) -> bool {
+    path.strip_prefix("/console")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
-async fn security_headers(req: Request, next: Next) -> Response {
+/// Adds [`SECURITY_HEADERS`] to every response under `/console`. It is a router-wide layer
+/// keyed on the path rather than a layer on the console's routes because the responses a
+/// browser may still render there are made outside those routes: the 431 of the header limits
+/// (before routing), the router's 404 for an unrouted path such as `/console/a/b`, its 405, the
+/// request timeout's 503 and a caught panic's 500.
+pub async fn security_headers(req: Request, next: Next) -> Response {
+    let console = is_console(req.uri().path());
     let mut response = next.run(req).await;
-    let headers = response.headers_mut();
-    for (name, value) in SECURITY_HEADERS {
-        headers.insert(
-            HeaderName::from_static(name),
-            HeaderValue::from_static(value),
-        );
+    if console {
+        let headers = response.headers_mut();
+        for (name, value) in SECURITY_HEADERS {
+            headers.insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
     }
     response
 }
@@ -138,4 +147,17 @@ async fn whoami(caller: Caller) -> Json<WhoAmI> {
             datasets: Some(datasets),
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn console_paths() {
+        for path in ["/console", "/console/", "/console/app.js", "/console/a/b"] {
+            assert!(super::is_console(path), "{path}");
+        }
+        for path in ["/", "/consoles", "/console.js", "/v1/console", "/v1/whoami"] {
+            assert!(!super::is_console(path), "{path}");
+        }
+    }
 }

@@ -93,6 +93,9 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        // Outermost, so that every answer under /console carries the console's headers,
+        // including those made by the layers above (431, 413, 503, 500).
+        .layer(middleware::from_fn(console::security_headers))
         .with_state(state)
 }
 

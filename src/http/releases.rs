@@ -24,7 +24,7 @@ use super::datasets::param_error;
 use super::error::ApiError;
 use super::extract::{parse_json_bounded, ApiJson, ApiPath, ApiQuery};
 use super::limits::CommitGate;
-use super::views::{budget_json, BudgetView, CostView, ReleaseView};
+use super::views::{budget_json, BudgetView, CostView, ReleaseSummaryView, ReleaseView};
 use super::AppState;
 use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, Label, NewRelease, Output};
 use crate::privacy::bounded::CellValues;
@@ -1137,6 +1137,16 @@ struct ListQuery {
     limit: Option<u32>,
     #[serde(default, deserialize_with = "super::nonnull::value")]
     before: Option<i64>,
+    #[serde(default, deserialize_with = "super::nonnull::value")]
+    fields: Option<Fields>,
+}
+
+/// `fields=summary` lists releases without their outputs and mechanism records: a client that
+/// wants only who spent what when (the console's spend chart) need not fetch every output.
+#[derive(Deserialize, Clone, Copy, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Fields {
+    Summary,
 }
 
 const DEFAULT_PAGE: u32 = 100;
@@ -1191,6 +1201,24 @@ async fn list(
         .get_dataset(id)
         .await?
         .ok_or_else(|| ApiError::not_found("dataset"))?;
+    if query.fields == Some(Fields::Summary) {
+        // A summary's JSON is bounded whatever the release's size (a label is at most 200
+        // characters, 800 bytes), so the page bound is a count: 4096 at the default 8 MiB.
+        let fits = (state.settings.max_page_bytes / listed_bytes(0)).clamp(1, limit as usize);
+        let summaries = state
+            .store
+            .list_release_summaries(id, query.before, fits as u32)
+            .await?;
+        let next_before = match summaries.last() {
+            Some(last) if summaries.len() == fits && last.seq > 1 => Some(last.seq),
+            _ => None,
+        };
+        let items: Vec<ReleaseSummaryView> = summaries
+            .into_iter()
+            .map(|r| ReleaseSummaryView::new(r, dataset.order.get()))
+            .collect();
+        return Ok(Json(json!({ "items": items, "next_before": next_before })));
+    }
     // Sizes first: the page stops before the release that would take it past max_page_bytes
     // (one release always fits), so neither the outputs read nor the answer exceed that bound.
     let sizes = state.store.release_sizes(id, query.before, limit).await?;

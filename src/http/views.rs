@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::ledger::{BudgetState, Dataset, Output, Release};
+use crate::ledger::{BudgetState, Dataset, Output, Release, ReleaseSummary};
 
 #[derive(Debug, Serialize)]
 pub struct DpView {
@@ -157,6 +157,36 @@ impl ReleaseView {
                 epsilon: r.cost.to_f64(),
             },
             budget: budget.map(BudgetView::from),
+        }
+    }
+}
+
+/// A listed release with `fields=summary`: who, when, what it cost and its label.
+#[derive(Debug, Serialize)]
+pub struct ReleaseSummaryView {
+    pub id: Uuid,
+    pub dataset_id: Uuid,
+    pub seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    pub cost: CostView,
+}
+
+impl ReleaseSummaryView {
+    pub fn new(r: ReleaseSummary, order: f64) -> Self {
+        ReleaseSummaryView {
+            id: r.id,
+            dataset_id: r.dataset_id,
+            seq: r.seq,
+            created_at: r.created_at,
+            created_by: r.created_by,
+            label: r.label.map(|l| l.as_str().to_owned()),
+            cost: CostView {
+                order,
+                epsilon: r.cost.to_f64(),
+            },
         }
     }
 }

@@ -248,6 +248,20 @@ pub struct Release {
     pub idempotency_key: Option<String>,
 }
 
+/// A stored release without its output and mechanism record (either can hold a value per cell):
+/// what a listing with `fields=summary` returns, e.g. to draw a dataset's spend over time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReleaseSummary {
+    pub id: Uuid,
+    pub dataset_id: Uuid,
+    pub seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+    /// Charged at the dataset's order.
+    pub cost: Units,
+    pub label: Option<Label>,
+}
+
 /// How [`LedgerStore::commit_release`] ended. Only `Committed` may reveal the new output.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CommitOutcome {
@@ -380,6 +394,14 @@ pub trait LedgerStore: Send + Sync + 'static {
         before: Option<i64>,
         limit: u32,
     ) -> Result<Vec<Release>, StoreError>;
+
+    /// [`LedgerStore::list_releases`] without outputs or mechanism records, which are not read.
+    async fn list_release_summaries(
+        &self,
+        dataset_id: Uuid,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<ReleaseSummary>, StoreError>;
 
     /// `(seq, stored cells)` of the releases [`LedgerStore::list_releases`] would return, without
     /// their outputs: what a listing reads first to bound a page by size.

@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use crate::ledger::audit::{self, LinkFields, LogEntry};
 use crate::ledger::{
-    BudgetState, Dataset, DpTarget, Label, LedgerSummary, NewRelease, Output, Release, StoreError,
-    Table, Units,
+    BudgetState, Dataset, DpTarget, Label, LedgerSummary, NewRelease, Output, Release,
+    ReleaseSummary, StoreError, Table, Units,
 };
 use crate::privacy::{Order, Sensitivity};
 
@@ -205,6 +205,42 @@ pub(crate) struct ReleaseColumns<Id = Uuid> {
     /// `None` for a vector; a table's row count (migration 0002).
     pub table_rows: Option<i64>,
     pub label: Option<String>,
+}
+
+/// The columns of a [`ReleaseSummary`], in the order both backends select them.
+pub(crate) const RELEASE_SUMMARY_COLUMNS: &str =
+    "id, dataset_id, seq, created_at, created_by, cost_units, label";
+
+/// A release row without its output and mechanism, as stored.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ReleaseSummaryColumns<Id = Uuid> {
+    pub id: Id,
+    pub dataset_id: Id,
+    pub seq: i64,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+    pub cost_units: i64,
+    pub label: Option<String>,
+}
+
+impl<Id: Into<Uuid>> TryFrom<ReleaseSummaryColumns<Id>> for ReleaseSummary {
+    type Error = StoreError;
+
+    fn try_from(c: ReleaseSummaryColumns<Id>) -> Result<ReleaseSummary, StoreError> {
+        Ok(ReleaseSummary {
+            id: c.id.into(),
+            dataset_id: c.dataset_id.into(),
+            seq: c.seq,
+            created_at: c.created_at,
+            created_by: c.created_by,
+            cost: units(c.cost_units, "cost_units")?,
+            label: c
+                .label
+                .map(Label::new)
+                .transpose()
+                .map_err(|_| corrupt("releases.label is not a valid label"))?,
+        })
+    }
 }
 
 /// The columns an output is stored in: (`distribution`, `dimension`, `table_rows`).

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::codec::{
     self, committed_release, output_columns, BudgetColumns, DatasetColumns, ReleaseColumns,
-    SummaryColumns, DATASET_COLUMNS,
+    ReleaseSummaryColumns, SummaryColumns, DATASET_COLUMNS, RELEASE_SUMMARY_COLUMNS,
 };
 use super::{store_error, StoreOptions};
 use crate::ledger::audit::{self, LogEntry, LogHead};
@@ -437,6 +437,29 @@ impl LedgerStore for SqliteStore {
             .map_err(|e| store_error("list_releases", e))?
             .into_iter()
             .map(ReleaseColumns::into_release)
+            .collect()
+    }
+
+    async fn list_release_summaries(
+        &self,
+        dataset_id: Uuid,
+        before: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<ReleaseSummary>, StoreError> {
+        let sql = format!(
+            "SELECT {RELEASE_SUMMARY_COLUMNS} FROM releases \
+             WHERE dataset_id = $1 AND seq < COALESCE($2, 9223372036854775807) \
+             ORDER BY seq DESC LIMIT $3"
+        );
+        sqlx::query_as::<_, ReleaseSummaryColumns<Hyphenated>>(&sql)
+            .bind(dataset_id.hyphenated())
+            .bind(before)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| store_error("list_release_summaries", e))?
+            .into_iter()
+            .map(ReleaseSummary::try_from)
             .collect()
     }
 

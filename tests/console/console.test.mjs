@@ -2,7 +2,9 @@
 // scripts/console-test.sh starts the server and sets BASE, ADMIN, OUT and CHROMIUM.
 //
 // The scenario: sign in as the admin, register two datasets, create an analyst token for one,
-// preview and release twice (the spend chart moves), sort the datasets by remaining budget,
+// preview and release twice (the spend chart moves), do the README walkthrough's table step (a
+// third dataset, a labelled table previewed row by row and released for one charge, drawn as a
+// heat map), sort the datasets by remaining budget,
 // sign in as the analyst (by keyboard) and see only that dataset, preview a release that does not
 // fit, and see a 409 refusal when another client spends the budget between preview and release.
 // Throughout: no request URL carries a token, nothing is written to localStorage or cookies,
@@ -24,6 +26,8 @@ const secrets = [ADMIN];
 const problems = [];
 const consoleResponses = [];
 let releaseKeys = [];
+const releaseBodies = [];
+const listQueries = [];
 
 function step(name) {
   console.log(`  - ${name}`);
@@ -53,7 +57,9 @@ function watch(page) {
     }
     if (request.method() === 'POST' && /\/releases$/.test(path)) {
       releaseKeys.push(request.headers()['idempotency-key']);
+      releaseBodies.push(request.postDataJSON());
     }
+    if (request.method() === 'GET' && /\/releases$/.test(path)) listQueries.push(new URL(url).search);
   });
   page.on('response', (response) => {
     const path = new URL(response.url()).pathname;
@@ -216,17 +222,86 @@ try {
   await page.getByRole('button', { name: 'Show the output of release 1' }).click();
   await page.locator('figcaption', { hasText: 'Release #1' }).waitFor();
   await page.screenshot({ path: `${OUT}/dataset.png`, fullPage: true });
+  // The spend chart reads release summaries, never every output; only the paged table does.
+  assert.ok(listQueries.some((q) => /fields=summary/.test(q)), `listings seen: ${listQueries}`);
+  assert.ok(listQueries.filter((q) => !/fields=summary/.test(q)).every((q) => /limit=10(&|$)/.test(q)), `listings seen: ${listQueries}`);
+
+  step("the README walkthrough's table step by clicking: a labelled table, one charge, a heat map");
+  await page.getByRole('link', { name: 'Register dataset' }).click();
+  await page.getByLabel('Name').fill('visits per diagnosis by age band');
+  await page.getByLabel('ε', { exact: true }).fill('1');
+  await page.getByLabel('Order λ').fill('2');
+  await page.getByRole('button', { name: 'Register' }).click();
+  await page.getByRole('heading', { name: 'visits per diagnosis by age band' }).waitFor();
+  const tablesId = new URL(page.url()).hash.split('/').pop();
+  assert.match(tablesId, /^[0-9a-f-]{36}$/);
+  await page.getByLabel('Counts').fill([
+    'age, flu, cold, measles, mumps, covid, other',
+    '0-17, 40, 12, 1, 0, 5, 2',
+    '18-64, 55, 20, 1, 0, 8, 4',
+    '65+, 25, 13, 1, 1, 4, 3',
+  ].join('\n'));
+  assert.match(await page.locator('.hint.shape').textContent(), /3 rows × 6 cells, released for one charge/);
+  await page.getByLabel('ε (privacy cost to calibrate to)').fill('0.5');
+  const tableLabel = 'diagnosis | by age band';
+  await page.getByLabel('Label (optional)').fill(tableLabel);
+  await assertLabelled(page, 'table release');
+  await page.getByRole('button', { name: 'Preview' }).click();
+  preview = page.locator('dl.preview');
+  await preview.waitFor();
+  assert.equal(await preview.getAttribute('data-admissible'), 'true');
+  assert.match(await preview.textContent(), /a table of 3 rows over 6 cells, one charge for all rows/);
+  assert.match(await preview.locator('.cost').textContent(), /ε 0\.5 at order λ = 2/);
+  const forecastRows = preview.locator('table.forecasts tbody tr');
+  assert.equal(await forecastRows.count(), 3, 'one forecast per row');
+  assert.deepEqual(await forecastRows.locator('th').allTextContents(), ['0-17', '18-64', '65+']);
+  for (const text of await forecastRows.allTextContents()) assert.match(text, /≤ \d.*≤ \d.*Pr\[KL >/);
+  await page.getByRole('button', { name: /Release \(spends ε 0\.5\)/ }).click();
+  await page.getByText(/Released #1: charged ε 0\.5/).waitFor();
+  const heat = page.locator('svg.heat-map[data-rows="3"]');
+  await heat.waitFor();
+  assert.match(await heat.textContent(), /65\+.*measles/s, 'row and cell names label the heat map');
+  await page.locator('figcaption', { hasText: `Release #1 “${tableLabel}”: 3 distributions over 6 cells` }).waitFor();
+  await page.locator('svg.spend-chart[data-points="1"]').waitFor();
+  const tableRow = page.locator('table.releases tbody tr').first();
+  assert.equal(await tableRow.locator('td').nth(1).textContent(), tableLabel);
+  assert.match(await tableRow.locator('td').nth(2).textContent(), /dirichlet\s*table ×3/);
+  // What was sent: the rows (without their names or the header), the label, a fresh key.
+  const sent = releaseBodies[releaseBodies.length - 1];
+  assert.deepEqual(sent, { table: [[40, 12, 1, 0, 5, 2], [55, 20, 1, 0, 8, 4], [25, 13, 1, 1, 4, 3]], epsilon: 0.5, mechanism: 'dirichlet', label: tableLabel });
+  assert.equal(new Set(releaseKeys).size, 3);
+  // What the service holds: one release of three distributions, charged as one 6-cell vector.
+  const stored = await api('GET', `/v1/datasets/${tablesId}/releases`, ADMIN);
+  assert.equal(stored.body.items.length, 1);
+  const [table] = stored.body.items;
+  assert.equal(table.label, tableLabel);
+  assert.equal(table.distributions.length, 3);
+  for (const row of table.distributions) {
+    assert.equal(row.length, 6);
+    assert.ok(Math.abs(row.reduce((a, b) => a + b, 0) - 1) < 1e-9);
+  }
+  const oneVector = await api('POST', `/v1/datasets/${tablesId}/releases/preview`, ADMIN, { counts: [40, 12, 1, 0, 5, 2], epsilon: 0.5 });
+  assert.equal(table.cost.epsilon, oneVector.body.cost.epsilon);
+  const tablesBudget = await api('GET', `/v1/datasets/${tablesId}/budget`, ADMIN);
+  assert.equal(tablesBudget.body.releases, 1);
+  assert.equal(tablesBudget.body.spent, table.cost.epsilon);
+  await page.screenshot({ path: `${OUT}/table.png`, fullPage: true });
+  await page.locator('.output').screenshot({ path: `${OUT}/table-output.png` });
+  // Reloaded, the output comes from the listing (no names): still a heat map, rows numbered.
+  await page.reload();
+  await page.locator('svg.heat-map[data-rows="3"]').waitFor();
+  assert.match(await page.locator('svg.heat-map').textContent(), /row 2/);
 
   step('the datasets list sorts by remaining budget');
   await page.getByRole('link', { name: 'Datasets', exact: true }).click();
   await page.locator('table.datasets').waitFor();
   await page.getByRole('button', { name: /Remaining/ }).click();
   let names = await page.locator('table.datasets tbody th').allTextContents();
-  assert.deepEqual(names, ['visits per diagnosis', 'survey answers'], 'ascending: least remaining first');
+  assert.deepEqual(names, ['visits per diagnosis', 'visits per diagnosis by age band', 'survey answers'], 'ascending: least remaining first');
   assert.equal(await page.locator('th[aria-sort="ascending"]').count(), 1);
   await page.getByRole('button', { name: /Remaining/ }).click();
   names = await page.locator('table.datasets tbody th').allTextContents();
-  assert.deepEqual(names, ['survey answers', 'visits per diagnosis']);
+  assert.deepEqual(names, ['survey answers', 'visits per diagnosis by age band', 'visits per diagnosis']);
   await page.getByRole('button', { name: /Remaining/ }).click();
   await page.screenshot({ path: `${OUT}/datasets.png` });
 
@@ -279,22 +354,6 @@ try {
   const analystSession = await assertNoStoredToken(page, 'analyst');
   assert.ok(analystSession.includes(analyst) && !analystSession.includes(ADMIN));
 
-  step('a table release (distributions) and a label are drawn as a heat map');
-  // This branch's API has no table releases yet; the real listing is extended in flight with
-  // the documented shape so that the console's handling of it is exercised.
-  await page.route(/\/v1\/datasets\/[^/]+\/releases\?limit=10$/, async (route) => {
-    const response = await route.fetch();
-    const body = await response.json();
-    body.items[0] = { ...body.items[0], label: 'by region', distribution: undefined, distributions: [[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.25, 0.25, 0.5]] };
-    await route.fulfill({ response, json: body });
-  });
-  await page.reload();
-  await page.locator('table.releases').waitFor();
-  assert.equal(await page.locator('table.releases tbody tr').first().locator('td').nth(1).textContent(), 'by region');
-  await page.locator('svg.heat-map[data-rows="3"]').waitFor();
-  await page.locator('.output').screenshot({ path: `${OUT}/table-output.png` });
-  await page.unroute(/\/v1\/datasets\/[^/]+\/releases\?limit=10$/);
-
   step('a narrow window: no page-wide horizontal scrolling');
   await page.setViewportSize({ width: 390, height: 844 });
   await page.goto(`${BASE}/console#/`);
@@ -306,6 +365,18 @@ try {
   await page.locator('svg.spend-chart').waitFor();
   const overflowDataset = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   assert.ok(overflowDataset <= 0, `the dataset page scrolls sideways by ${overflowDataset}px at 390px`);
+  step('sign in as the admin again: a table and its per-row forecasts fit a narrow window');
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await signIn(page, ADMIN);
+  await page.goto(`${BASE}/console#/datasets/${tablesId}`);
+  await page.locator('svg.heat-map[data-rows="3"]').waitFor();
+  await page.getByLabel('Counts').fill('40 12 1 0 5 2\n55 20 1 0 8 4\n25 13 1 1 4 3');
+  await page.getByLabel('ε (privacy cost to calibrate to)').fill('0.1');
+  await page.getByRole('button', { name: 'Preview' }).click();
+  await page.locator('table.forecasts').waitFor();
+  const overflowTable = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflowTable <= 0, `the table's dataset page scrolls sideways by ${overflowTable}px at 390px`);
+  await page.screenshot({ path: `${OUT}/table-narrow.png`, fullPage: true });
 
   step('every console response carried the security headers');
   assert.ok(consoleResponses.length >= 6, `only ${consoleResponses.length} console responses seen`);

@@ -76,12 +76,15 @@ export async function call(method, path, { body, token, idempotencyKey } = {}) {
   return data;
 }
 
-/** Every release of a dataset, oldest first, for the spend chart (at most `cap`). */
+/**
+ * Every release of a dataset, oldest first, for the spend chart (at most `cap`): summaries only
+ * (`fields=summary`: who, when, cost, label), since outputs can be megabytes each.
+ */
 export async function allReleases(datasetId, cap = 20000) {
   const items = [];
   let before = null;
   for (;;) {
-    const query = new URLSearchParams({ limit: '1000' });
+    const query = new URLSearchParams({ limit: '1000', fields: 'summary' });
     if (before !== null) query.set('before', String(before));
     const page = await call('GET', `/v1/datasets/${encodeURIComponent(datasetId)}/releases?${query}`);
     items.push(...page.items);

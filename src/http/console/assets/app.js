@@ -98,18 +98,47 @@ function mechanismParameters(mechanism) {
   return parts.join(', ');
 }
 
-/** A release's output: a distribution, or (a `table` release) a list of distributions. */
-function outputChart(release) {
+/**
+ * A release's output: a distribution as bars, or (a `table` release) its distributions as a
+ * heat map. `names` ({ cells, rows }, either may be null) are the header and row names pasted
+ * with the counts; the service never sees them, so only the release just made has them.
+ */
+function outputChart(release, names) {
   const rows = Array.isArray(release.distributions) ? release.distributions : null;
   const title = `Release #${release.seq}${release.label ? ` “${release.label}”` : ''}`;
   if (rows) {
     const shown = rows.slice(0, 100).map((r) => r.slice(0, 200));
     const partial = shown.length < rows.length || rows.some((r) => r.length > 200);
-    return heatMap(shown, `${title}: ${rows.length} distributions${partial ? ' (first 100 rows, 200 cells drawn)' : ''}`);
+    return heatMap(shown, `${title}: ${rows.length} distributions over ${rows[0]?.length ?? 0} cells${partial ? ' (first 100 rows, 200 cells drawn)' : ''}`,
+      { rowLabels: names?.rows, colLabels: names?.cells });
   }
   const values = release.distribution || [];
   const shown = values.slice(0, MAX_DRAWN_CELLS);
-  return barChart(shown, null, `${title}: a distribution over ${values.length} cells${shown.length < values.length ? ` (first ${shown.length} drawn)` : ''}`);
+  return barChart(shown, names?.cells ?? null, `${title}: a distribution over ${values.length} cells${shown.length < values.length ? ` (first ${shown.length} drawn)` : ''}`);
+}
+
+/** A preview's utility forecast for a distribution (null for the baselines). */
+function forecastItems(f) {
+  if (!f) return [h('dt', {}, 'Forecast'), h('dd', {}, 'none for this mechanism')];
+  return [
+    h('dt', {}, 'Forecast ℓ2 error'), h('dd', {}, `≤ ${num(f.l2_bound)} with probability ${num(f.l2_bound_confidence)}`),
+    h('dt', {}, 'Per-cell variance'), h('dd', {}, `≤ ${num(f.max_cell_variance)}`),
+    f.kl_tail ? [h('dt', {}, 'KL tail'), h('dd', {}, `Pr[KL > ${num(f.kl_tail.eta)}] ≤ ${num(f.kl_tail.probability)}`)] : null,
+  ];
+}
+
+/** A table preview's `forecasts`, one line per row (each row is drawn on its own). */
+function forecastTable(forecasts, rowNames) {
+  if (forecasts.every((f) => !f)) return 'none for this mechanism';
+  return h('div', { class: 'table-scroll' }, h('table', { class: 'forecasts' },
+    h('thead', {}, h('tr', {}, ['Row', 'ℓ2 error', 'Per-cell variance', 'KL tail'].map((c) => h('th', { scope: 'col' }, c)))),
+    h('tbody', {}, forecasts.map((f, i) => h('tr', {},
+      h('th', { scope: 'row' }, rowNames?.[i] ?? `row ${i}`),
+      f ? [
+        h('td', {}, `≤ ${num(f.l2_bound)} (p ${num(f.l2_bound_confidence)})`),
+        h('td', {}, `≤ ${num(f.max_cell_variance)}`),
+        h('td', {}, f.kl_tail ? `Pr[KL > ${num(f.kl_tail.eta)}] ≤ ${num(f.kl_tail.probability)}` : '—'),
+      ] : h('td', { colspan: 3 }, 'none'))))));
 }
 
 // ------------------------------------------------------------------ frame
@@ -219,25 +248,63 @@ async function renderDatasets() {
 
 // ------------------------------------------------------------------ one dataset
 
+/** The cells of one pasted line: CSV-like when it has a comma, semicolon or tab, else words. */
+function splitLine(line) {
+  const cells = /[,;\t]/.test(line) ? line.split(/[,;\t]/).map((c) => c.trim()) : line.split(/\s+/);
+  if (cells.length > 1 && cells[cells.length - 1] === '') cells.pop(); // a trailing separator
+  return cells;
+}
+
+const isNumber = (cell) => cell !== '' && Number.isFinite(Number(cell));
+
+/**
+ * The counts field: one line of numbers is a vector (`counts`); several lines are a table
+ * (`table`, one row per disjoint group, all over the same cells). An optional header line names
+ * the cells, and an optional first column of non-numbers names the rows (both only label the
+ * charts: neither is sent).
+ */
 function parseCounts(text) {
   const lines = text.split(/\r?\n/).map((l) => l.trim()).filter(Boolean);
-  if (!lines.length) throw new Problem(0, { title: 'No counts', detail: 'Paste the counts, e.g. 120, 45, 3, 0, 17, 9 or a CSV header line and one row.' });
-  const split = (line) => line.split(/[\s,;]+/).filter(Boolean);
-  let labels = null;
-  let row = lines[lines.length - 1];
-  if (lines.length === 2 && split(lines[0]).some((t) => Number.isNaN(Number(t)))) {
-    labels = split(lines[0]);
-  } else if (lines.length > 1) {
-    throw new Problem(0, { title: 'One row at a time', detail: 'Paste one row of counts (optionally under a CSV header line).' });
+  if (!lines.length) throw new Problem(0, { title: 'No counts', detail: 'Paste the counts, e.g. 120, 45, 3, 0, 17, 9, or one line per group for a table.' });
+  let rows = lines.map(splitLine);
+  let header = null;
+  if (rows.length > 1 && rows[0].some((c) => !isNumber(c))) [header, ...rows] = rows;
+  let rowNames = null;
+  if (rows.every((r) => r.length > 1 && !isNumber(r[0]))) {
+    rowNames = rows.map((r) => r[0]);
+    rows = rows.map((r) => r.slice(1));
   }
-  const tokens = split(row);
-  const counts = tokens.map(Number);
-  const bad = counts.findIndex((c) => !Number.isFinite(c));
-  if (bad >= 0) throw new Problem(0, { title: 'Not a number', detail: `Value ${bad + 1} of the row is not a number.` });
-  if (labels && labels.length !== counts.length) {
-    throw new Problem(0, { title: 'Header and row differ', detail: `The header has ${labels.length} names but the row has ${counts.length} values.` });
+  const values = rows.map((r, i) => r.map((cell, j) => {
+    if (!isNumber(cell)) {
+      const where = rows.length > 1 ? ` of row ${i + 1}${rowNames ? ` (${rowNames[i]})` : ''}` : '';
+      throw new Problem(0, { title: 'Not a number', detail: `Value ${j + 1}${where} is ${cell === '' ? 'empty' : `“${cell}”`}, not a number.` });
+    }
+    return Number(cell);
+  }));
+  const width = values[0].length;
+  const ragged = values.findIndex((r) => r.length !== width);
+  if (ragged >= 0) {
+    throw new Problem(0, { title: 'Rows of different lengths', detail: `Row 1 has ${width} values but row ${ragged + 1} has ${values[ragged].length}: every row of a table is over the same cells.` });
   }
-  return { counts, labels };
+  let labels = header;
+  if (labels && rowNames && labels.length === width + 1) labels = labels.slice(1); // names the row column
+  if (labels && labels.length !== width) {
+    throw new Problem(0, { title: 'Header and rows differ', detail: `The header has ${labels.length} names but the rows have ${width} values.` });
+  }
+  return values.length === 1
+    ? { counts: values[0], labels }
+    : { table: values, labels, rowNames };
+}
+
+/** What the pasted counts are, in words ('' while they do not parse). */
+function describeCounts(text) {
+  try {
+    const parsed = parseCounts(text);
+    if (parsed.counts) return `A distribution over ${parsed.counts.length} cells.`;
+    return `A table: ${parsed.table.length} rows × ${parsed.table[0].length} cells, released for one charge.`;
+  } catch {
+    return '';
+  }
 }
 
 const MECHANISMS = {
@@ -249,7 +316,9 @@ const MECHANISMS = {
 };
 
 function releaseForm(dataset, onReleased) {
-  const counts = h('textarea', { rows: 3, spellcheck: 'false', autocomplete: 'off' });
+  const counts = h('textarea', { rows: 4, spellcheck: 'false', autocomplete: 'off' });
+  const shape = h('p', { class: 'hint shape', 'aria-live': 'polite' });
+  const label = h('input', { type: 'text', maxlength: 200, autocomplete: 'off', spellcheck: 'false' });
   const mechanism = h('select', {}, Object.entries(MECHANISMS).map(([k, m]) => h('option', { value: k }, m.label)));
   const epsilon = numberInput({ min: 0, required: true });
   const extra = numberInput({ min: 0 });
@@ -258,7 +327,7 @@ function releaseForm(dataset, onReleased) {
   const previewButton = h('button', { type: 'submit' }, 'Preview');
   const releaseButton = h('button', { type: 'button', class: 'release', disabled: true }, 'Release');
   const result = h('div', { class: 'preview-result', 'aria-live': 'polite' });
-  let previewed = null; // { body, key, labels } of the last successful preview
+  let previewed = null; // { body, key, names } of the last successful preview
 
   const syncExtra = () => {
     const spec = MECHANISMS[mechanism.value].extra;
@@ -277,25 +346,31 @@ function releaseForm(dataset, onReleased) {
     }
   };
   mechanism.addEventListener('change', () => { syncExtra(); invalidate(); });
-  for (const control of [counts, epsilon, extra]) control.addEventListener('input', invalidate);
+  for (const control of [counts, epsilon, extra, label]) control.addEventListener('input', invalidate);
+  counts.addEventListener('input', () => { shape.textContent = describeCounts(counts.value); });
   syncExtra();
 
   const requestBody = () => {
-    const { counts: values, labels } = parseCounts(counts.value);
+    const parsed = parseCounts(counts.value);
     const eps = Number(epsilon.value);
     if (!epsilon.value || !(eps > 0)) throw new Problem(0, { title: 'ε is required', detail: 'Give the privacy cost ε to calibrate to (a number above 0).' });
-    const body = { counts: values, epsilon: eps, mechanism: mechanism.value };
+    const body = parsed.table
+      ? { table: parsed.table, epsilon: eps, mechanism: mechanism.value }
+      : { counts: parsed.counts, epsilon: eps, mechanism: mechanism.value };
     const spec = MECHANISMS[mechanism.value].extra;
     if (spec && extra.value !== '') body[spec[0]] = Number(extra.value);
-    return { body, labels };
+    if (label.value.trim()) body.label = label.value.trim();
+    return { body, names: { cells: parsed.labels, rows: parsed.rowNames ?? null } };
   };
 
   const form = h('form', { class: 'release-form', method: 'post', novalidate: true },
-    field('Counts', counts, 'Numbers separated by commas or spaces, or a CSV header line and one row. They are sent to the service and never stored.'),
+    field('Counts', counts, 'One line of numbers (separated by commas or spaces) for a distribution, or one line per disjoint group of records for a table, all over the same cells. An optional CSV header line names the cells and an optional first column names the rows. The counts are sent to the service and never stored.'),
+    shape,
     h('div', { class: 'field-row' },
       field('Mechanism', mechanism),
       field('ε (privacy cost to calibrate to)', epsilon),
       extraField),
+    field('Label (optional)', label, 'Free text, up to 200 characters, to find this release again: it is stored with the release and shown in the list below.'),
     h('div', { class: 'actions' }, previewButton, releaseButton),
     result);
 
@@ -319,19 +394,19 @@ function releaseForm(dataset, onReleased) {
       previewed = { ...request, key: crypto.randomUUID() };
       const after = p.budget_after;
       const fits = p.admissible;
-      const f = p.forecast;
       result.append(h('dl', { class: 'preview', 'data-admissible': String(fits) },
+        h('dt', {}, 'Input'), h('dd', {}, request.body.table
+          ? `a table of ${request.body.table.length} rows over ${request.body.table[0].length} cells, one charge for all rows`
+          : `a distribution over ${request.body.counts.length} cells`),
         h('dt', {}, 'Cost'), h('dd', { class: 'cost' }, `ε ${num(p.cost.epsilon)} at order λ = ${num(p.cost.order)}`),
         h('dt', {}, 'Fits the budget'),
         h('dd', { class: fits ? 'fits yes' : 'fits no' },
           h('span', { 'aria-hidden': 'true' }, fits ? '✓ ' : '✗ '),
           fits ? `Yes — ${num(after.remaining)} of ${num(after.total)} would remain` : `No — only ${num(after.remaining)} remains; the service would refuse it`),
         h('dt', {}, 'Mechanism'), h('dd', {}, `${p.mechanism.kind}: ${mechanismParameters(p.mechanism)}`),
-        f ? [
-          h('dt', {}, 'Forecast ℓ2 error'), h('dd', {}, `≤ ${num(f.l2_bound)} with probability ${num(f.l2_bound_confidence)}`),
-          h('dt', {}, 'Per-cell variance'), h('dd', {}, `≤ ${num(f.max_cell_variance)}`),
-          f.kl_tail ? [h('dt', {}, 'KL tail'), h('dd', {}, `Pr[KL > ${num(f.kl_tail.eta)}] ≤ ${num(f.kl_tail.probability)}`)] : null,
-        ] : [h('dt', {}, 'Forecast'), h('dd', {}, 'none for this mechanism')]));
+        Array.isArray(p.forecasts)
+          ? [h('dt', {}, 'Forecast per row'), h('dd', {}, forecastTable(p.forecasts, request.names.rows))]
+          : forecastItems(p.forecast)));
       releaseButton.disabled = !fits;
       releaseButton.textContent = fits ? `Release (spends ε ${num(p.cost.epsilon)})` : 'Release (does not fit)';
       announce(fits ? 'Preview ready; the release fits the budget.' : 'Preview ready; the release does not fit the budget.');
@@ -344,7 +419,7 @@ function releaseForm(dataset, onReleased) {
 
   releaseButton.addEventListener('click', async () => {
     if (!previewed) return;
-    const { body, key, labels } = previewed;
+    const { body, key, names } = previewed;
     busy(releaseButton, true);
     busy(previewButton, true);
     const outcome = h('div', { class: 'release-outcome' });
@@ -355,7 +430,7 @@ function releaseForm(dataset, onReleased) {
       outcome.append(h('p', { class: 'success', role: 'status' }, h('span', { 'aria-hidden': 'true' }, '✓ '),
         `Released #${release.seq}: charged ε ${num(release.cost.epsilon)}; ${num(release.budget.remaining)} remains.`));
       releaseButton.textContent = 'Release';
-      await onReleased(release, labels);
+      await onReleased(release, names);
     } catch (error) {
       // A refusal charged nothing; only a lost answer (status 0) is worth retrying with this key.
       if (!(error instanceof Problem) || error.status !== 0) previewed = null;
@@ -382,11 +457,8 @@ async function renderDataset(datasetId) {
   const cursors = [null]; // `before` of each page shown so far
   let page = 0;
 
-  const showOutput = (release, labels) => {
-    const values = release.distribution;
-    clear(outputSlot).append(h('h3', {}, `Output of release #${release.seq}`), labels && values
-      ? barChart(values.slice(0, MAX_DRAWN_CELLS), labels, `Release #${release.seq}: a distribution over ${values.length} cells`)
-      : outputChart(release));
+  const showOutput = (release, names) => {
+    clear(outputSlot).append(h('h3', {}, `Output of release #${release.seq}`), outputChart(release, names));
   };
 
   const loadLedger = async () => {
@@ -433,11 +505,11 @@ async function renderDataset(datasetId) {
     return list;
   };
 
-  const form = releaseForm(dataset, async (release, labels) => {
+  const form = releaseForm(dataset, async (release, names) => {
     page = 0;
     cursors.length = 1;
     await Promise.all([loadLedger(), loadPage()]);
-    if (release) showOutput(release, labels);
+    if (release) showOutput(release, names);
   });
 
   clear(main).append(
@@ -451,9 +523,9 @@ async function renderDataset(datasetId) {
     section('Spend over time', chartSlot),
     section('Preview and release', form),
     section('Releases', tableSlot, outputSlot));
-  const [history, list] = await Promise.all([loadLedger(), loadPage()]);
-  const latest = list.items[0] || history.items[history.items.length - 1];
-  if (latest) showOutput(latest);
+  // The spend chart's history is summaries (no outputs): the newest output is the page's.
+  const [, list] = await Promise.all([loadLedger(), loadPage()]);
+  if (list.items[0]) showOutput(list.items[0]);
 }
 
 // ------------------------------------------------------------------ admin forms

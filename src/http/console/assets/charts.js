@@ -121,13 +121,19 @@ export function barChart(values, labels, caption) {
     dataTable([labels ? 'label' : 'cell', 'probability'], values.map((v, i) => [labels?.[i] ?? i, num(v)])));
 }
 
-/** A table of distributions (rows) as a heat map; each cell also prints its value. */
-export function heatMap(rows, caption) {
+/**
+ * A table of distributions (rows) as a heat map; each cell also prints its value when there is
+ * room. `rowLabels` and `colLabels` name the rows and cells (numbers when absent).
+ */
+export function heatMap(rows, caption, { rowLabels, colLabels } = {}) {
   const nRows = rows.length;
   const nCols = Math.max(...rows.map((r) => r.length), 1);
+  const rowName = (i) => String(rowLabels?.[i] ?? `row ${i}`);
+  const colName = (j) => String(colLabels?.[j] ?? j);
   const cell = Math.max(10, Math.min(56, Math.floor(640 / nCols)));
   const rowH = Math.max(14, Math.min(30, cell));
-  const m = { l: 56, t: 24 };
+  const longest = Math.max(...rows.map((_, i) => rowName(i).slice(0, 16).length));
+  const m = { l: Math.max(56, 7 * longest + 12), t: 24 };
   const W = m.l + nCols * cell + 12; const H = m.t + nRows * rowH + 8;
   const vMax = maxOf(rows.map(maxOf));
   const showValues = cell >= 40;
@@ -137,17 +143,19 @@ export function heatMap(rows, caption) {
   rows.forEach((row, i) => row.forEach((v, j) => {
     cells.push(s('g', {},
       s('rect', { class: `heat heat-${shade(v)}`, x: m.l + j * cell, y: m.t + i * rowH, width: cell - 1, height: rowH - 1 },
-        s('title', {}, `row ${i}, cell ${j}: ${num(v)}`)),
+        s('title', {}, `${rowName(i)}, ${colName(j)}: ${num(v)}`)),
       showValues ? s('text', { class: ['heat-value', shade(v) >= 5 ? 'on-dark' : ''], x: m.l + j * cell + cell / 2, y: m.t + i * rowH + rowH / 2 + 4, 'text-anchor': 'middle' }, num(v, 2)) : null));
   }));
-  const rowLabels = rows.map((_, i) => s('text', { class: 'axis-label', x: m.l - 6, y: m.t + i * rowH + rowH / 2 + 4, 'text-anchor': 'end' }, `row ${i}`));
-  const colLabels = Array.from({ length: nCols }, (_, j) => j).filter((j) => nCols <= 24 || j % Math.ceil(nCols / 24) === 0)
-    .map((j) => s('text', { class: 'axis-label', x: m.l + j * cell + cell / 2, y: m.t - 8, 'text-anchor': 'middle' }, String(j)));
+  const rowText = rows.map((_, i) => s('text', { class: 'axis-label', x: m.l - 6, y: m.t + i * rowH + rowH / 2 + 4, 'text-anchor': 'end' }, rowName(i).slice(0, 16)));
+  // About 6 px per character at the chart's font size.
+  const colText = Array.from({ length: nCols }, (_, j) => j).filter((j) => nCols <= 24 || j % Math.ceil(nCols / 24) === 0)
+    .map((j) => s('text', { class: 'axis-label', x: m.l + j * cell + cell / 2, y: m.t - 8, 'text-anchor': 'middle' }, colName(j).slice(0, Math.max(2, Math.floor(cell / 6)))));
   return h('figure', { class: 'chart-figure' },
     s('svg', { class: 'chart heat-map', viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-label': summary, 'data-rows': nRows },
-      s('title', {}, summary), ...rowLabels, ...colLabels, ...cells),
+      s('title', {}, summary), ...rowText, ...colText, ...cells),
     h('figcaption', {}, summary, '. Darker is larger.'),
-    dataTable(['row', ...Array.from({ length: nCols }, (_, j) => `cell ${j}`)], rows.map((r, i) => [i, ...r.map((v) => num(v))])));
+    dataTable(['row', ...Array.from({ length: nCols }, (_, j) => colLabels?.[j] ?? `cell ${j}`)],
+      rows.map((r, i) => [rowLabels ? rowName(i) : i, ...r.map((v) => num(v))])));
 }
 
 function dataTable(head, body) {
