@@ -12,14 +12,15 @@ cd "$(dirname "$0")/.."
 source scripts/tools-venv.sh
 tools_venv matplotlib==3.11.2
 
-out=target/experiments
+target_dir=${CARGO_TARGET_DIR:-target}
+out=$target_dir/experiments
 mkdir -p "$out"
 profile=${EXAMPLES_PROFILE:-release}
 dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
 nice cargo build --profile "$profile" --quiet --example naive_bayes --example bayes_net
 for example in naive_bayes bayes_net; do
   echo "=== $example"
-  "target/$dir/examples/$example" --out "$out/$example.csv" "$@" | tee "$out/$example.txt"
+  "$target_dir/$dir/examples/$example" --out "$out/$example.csv" "$@" | tee "$out/$example.txt"
 done
 python scripts/plot_experiments.py "$out/naive_bayes.csv" "$out/bayes_net.csv" \
   --png docs/experiments.png --png-link docs/experiments.png --markdown EXPERIMENTS.md
