@@ -5,9 +5,12 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use dirichlet_release::privacy::baseline::{gaussian_release, laplace_release};
+use dirichlet_release::privacy::curve::dirichlet_rdp;
 use dirichlet_release::privacy::discrete::{gaussian_sigma, laplace_scale};
+use dirichlet_release::privacy::exact::exact_rdp;
 use dirichlet_release::privacy::sampler::{os_rng, sample_dirichlet};
 use dirichlet_release::privacy::special::trigamma;
+use dirichlet_release::privacy::types::Relation;
 use dirichlet_release::privacy::{calibrate, Calibration, Epsilon, Order, Prior, Sensitivity};
 
 fn special(c: &mut Criterion) {
@@ -17,6 +20,31 @@ fn special(c: &mut Criterion) {
             b.iter(|| trigamma(black_box(x)))
         });
     }
+    g.finish();
+}
+
+/// One evaluation of each price: the exact ε* (what calibrations solve against and releases
+/// are charged) and 001 Corollary 3 (custom sensitivities).
+fn prices(c: &mut Criterion) {
+    let mut g = c.benchmark_group("price");
+    let cases = [
+        ("replace_one", 2.0, 1.0, 3.46, Relation::ReplaceOne),
+        ("replace_one", 8.0, 0.1, 1.0, Relation::ReplaceOne),
+        ("add_remove_one", 2.0, 1.0, 3.46, Relation::AddRemoveOne),
+        ("replace_one", 2.0, 1.0, 1e6, Relation::ReplaceOne),
+    ];
+    for (name, lambda, r, alpha, relation) in cases {
+        let order = Order::new(lambda).unwrap();
+        let prior = Prior::Uniform(alpha);
+        g.bench_function(format!("exact_{name}/l{lambda}_r{r}_a{alpha}"), |b| {
+            b.iter(|| exact_rdp(black_box(order), black_box(r), &prior, relation))
+        });
+    }
+    let s = Sensitivity::REPLACE_ONE;
+    let order = Order::new(2.0).unwrap();
+    g.bench_function("corollary_3/l2_r1_a3.46", |b| {
+        b.iter(|| dirichlet_rdp(black_box(order), black_box(1.0), 3.46, &s))
+    });
     g.finish();
 }
 
@@ -141,6 +169,7 @@ fn baselines(c: &mut Criterion) {
 criterion_group!(
     benches,
     special,
+    prices,
     calibrations,
     sampling,
     keystream,

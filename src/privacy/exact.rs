@@ -78,10 +78,12 @@ pub(crate) fn scaled_trigamma(x: f64) -> f64 {
     }
 }
 
-/// p² · ∫₀¹ w(u) ψ′(p + b u) du with w(u) = u (`rising`) or 1 − u, for p > 0, b ≥ 0.
-/// Scaled by p² so that tiny p (ψ′ ≈ 1/p²) neither overflows nor loses range.
-fn kernel_integral(p: f64, b: f64, rising: bool) -> f64 {
-    let mut sum = Compensated::default();
+/// p² · ∫₀¹ w(u) ψ′(p + b u) du for both kernels, w(u) = u and w(u) = 1 − u, from one set of
+/// ψ′ values (p > 0, b ≥ 0): `(rising, falling)`. Scaled by p² so that tiny p (ψ′ ≈ 1/p²)
+/// neither overflows nor loses range. Both kernels are wanted on [α, α + r] (G⁻ of a cell at α
+/// and G⁺ of a cell at α), and ψ′ is the whole cost of the price.
+fn kernel_integrals(p: f64, b: f64) -> (f64, f64) {
+    let (mut rising, mut falling) = (Compensated::default(), Compensated::default());
     let mut u0 = 0.0;
     while u0 < 1.0 {
         let x0 = p + b * u0;
@@ -94,13 +96,14 @@ fn kernel_integral(p: f64, b: f64, rising: bool) -> f64 {
         for &(node, weight) in &GAUSS_LEGENDRE_8 {
             let u = u0 + h * node;
             let x = p + b * u;
-            let w = if rising { u } else { 1.0 - u };
             let ratio = p / x;
-            sum.add(weight * h * w * ratio * ratio * scaled_trigamma(x));
+            let f = weight * h * ratio * ratio * scaled_trigamma(x);
+            rising.add(f * u);
+            falling.add(f * (1.0 - u));
         }
         u0 = u1;
     }
-    sum.sum()
+    (rising.sum(), falling.sum())
 }
 
 /// r² and r·s scaled terms: (r/p)²·J or (r/p)(s/p)·J, formed as ratios first so that tiny r and
@@ -117,24 +120,22 @@ struct Terms {
 }
 
 impl Terms {
-    /// G⁻(a) for a cell of shape a that loses r (a > r); +∞ outside the domain.
-    fn g_minus(&self, a: f64) -> f64 {
-        let low = a - self.r;
-        if low.is_nan() || low <= 0.0 {
-            return f64::INFINITY;
-        }
-        scaled(self.r, self.r, low, kernel_integral(low, self.r, true))
-            + scaled(self.r, self.s, a, kernel_integral(a, self.s, false))
-    }
-
-    /// G⁺(c) for a cell of shape c that gains r; +∞ at and past the pole c ≤ s.
-    fn g_plus(&self, c: f64) -> f64 {
-        let low = c - self.s;
-        if low.is_nan() || low <= 0.0 {
-            return f64::INFINITY;
-        }
-        scaled(self.r, self.s, low, kernel_integral(low, self.s, true))
-            + scaled(self.r, self.r, c, kernel_integral(c, self.r, false))
+    /// G⁻ and G⁺ of one cell whose prior is α (α > 0): the cell at shape α + r that loses r,
+    /// and the cell at shape α that gains r. They share the integral over [α, α + r].
+    /// G⁺ is +∞ at and past the pole α ≤ s.
+    fn cell(&self, alpha: f64) -> (f64, f64) {
+        let (r, s) = (self.r, self.s);
+        let (near_rising, near_falling) = kernel_integrals(alpha, r);
+        // G⁻'s far piece starts at the shape α + r, rounded down (ε* decreases in it).
+        let a = add_down(alpha, r);
+        let g_minus = scaled(r, r, alpha, near_rising) + scaled(r, s, a, kernel_integrals(a, s).1);
+        let low = alpha - s;
+        let g_plus = if low.is_nan() || low <= 0.0 {
+            f64::INFINITY
+        } else {
+            scaled(r, s, low, kernel_integrals(low, s).0) + scaled(r, r, alpha, near_falling)
+        };
+        (g_minus, g_plus)
     }
 }
 
@@ -220,14 +221,18 @@ pub fn exact_rdp_two(order: Order, r: f64, alpha_1: f64, alpha_2: f64, relation:
     let t = Terms { r, s };
     let value = match relation {
         Relation::ReplaceOne => {
-            let one = t.g_minus(add_down(alpha_1, r)) + t.g_plus(alpha_2);
+            let (minus_1, plus_1) = t.cell(alpha_1);
             if alpha_1 == alpha_2 {
-                one
+                minus_1 + plus_1
             } else {
-                one.max(t.g_minus(add_down(alpha_2, r)) + t.g_plus(alpha_1))
+                let (minus_2, plus_2) = t.cell(alpha_2);
+                (minus_1 + plus_2).max(minus_2 + plus_1)
             }
         }
-        Relation::AddRemoveOne => t.g_plus(alpha_1).max(t.g_minus(add_down(alpha_1, r))),
+        Relation::AddRemoveOne => {
+            let (minus, plus) = t.cell(alpha_1);
+            plus.max(minus)
+        }
         Relation::Custom => f64::INFINITY,
     };
     if value.is_nan() {
