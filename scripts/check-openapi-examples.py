@@ -69,6 +69,10 @@ good_releases = [
     ({"counts": [1, 2], "mechanism": "gaussian", "sigma": 3, "epsilon": 1}, "gaussian sigma with a cap"),
     ({"counts": [1, 2], "mechanism": "laplace", "scale": 3}, "laplace scale"),
     ({"counts": [1, 2], "mechanism": "laplace", "epsilon": 1, "order": 3}, "laplace calibrated"),
+    ({"table": [[1, 2], [3, 4]], "epsilon": 1, "mechanism": "diffuse", "alpha": 0, "lower_bound": [1, 2],
+      "label": "t"}, "diffuse with lower_bound on a labelled table"),
+    ({"table": [[1, 2]], "mechanism": "explicit", "r": 1, "alpha": 0, "lower_bound": 5}, "explicit with lower_bound on a table"),
+    ({"table": [[1, 2]], "epsilon": 1, "mechanism": "posterior", "prior_shape": [1, 2]}, "posterior prior_shape on a table"),
 ]
 bad_releases = [
     ({"epsilon": 1}, "no counts"),
@@ -103,6 +107,10 @@ bad_releases = [
     ({"counts": [1, 2], "mechanism": "laplace", "scale": 1, "sigma": 1}, "sigma with laplace"),
     ({"counts": [1, 2], "mechanism": "laplace", "scale": 1, "order": 3}, "order with a given scale"),
     ({"counts": [1, 2], "epsilon": 1, "mechanism": "telepathy"}, "unknown mechanism"),
+    ({"table": [[1, 2]], "epsilon": 1, "mechanism": "exponential"}, "exponential on a table"),
+    ({"epsilon": 1, "mechanism": "diffuse", "alpha": 0, "lower_bound": 1}, "lower_bound without counts or table"),
+    ({"counts": [1, 2], "table": [[1, 2]], "mechanism": "explicit", "r": 1, "alpha": 0, "lower_bound": 1},
+     "lower_bound with both counts and table"),
     ({"counts": [1, 2], "epsilon": 1, "colour": "blue"}, "unknown field"),
     ([1, 2], "not an object"),
 ]
