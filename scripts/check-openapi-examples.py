@@ -217,6 +217,11 @@ check(S + "Preview", dict(preview, forecast=None), True, "preview without foreca
 check(S + "Preview", dict(preview, forecast={}), False, "forecast object without fields")
 check(S + "Preview", dict(preview, forecast=dict(forecast, kl_tail=None)), True, "forecast without KL tail")
 check(S + "Preview", dict(preview, admissible="yes"), False, "admissible not a boolean")
+selection = {"hellinger_bound": 0.258, "hellinger_bound_confidence": 0.95}
+check(S + "Preview", dict(preview, forecast=selection), True, "exponential forecast")
+check(S + "Preview", dict(preview, forecast=dict(selection, hellinger_bound=1.5)), False, "hellinger bound above 1")
+check(S + "Preview", dict(preview, forecast=dict(selection, l2_bound=0.3)), False, "two forecasts in one")
+check(S + "Preview", dict(preview, forecast={"hellinger_bound": 0.2}), False, "hellinger bound without confidence")
 check(S + "TokenCreated", {"id": "9f86d081884c7d65", "token": "dra_9f86d081884c7d65_q-Z_s3cr3t", "role": "analyst",
                            "datasets": [UUID], "created_at": NOW, "expires_at": None}, True, "token")
 check(S + "TokenCreated", {"id": "9f86d081884c7d65", "token": "dra_9f86d081884c7d65_q-Z_s3cr3t", "role": "admin",

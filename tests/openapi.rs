@@ -1172,6 +1172,10 @@ async fn every_response_matches_the_description(backend: Backend) {
             .expect(200)
             .await;
         assert_eq!(priced.body["mechanism"]["kind"], mechanism, "{body}");
+        if mechanism == "exponential" {
+            let bound = priced.body["forecast"]["hellinger_bound"].as_f64().unwrap();
+            assert!(bound > 0.0 && bound <= 1.0, "{}", priced.body);
+        }
         assert_eq!(priced.body["admissible"], true);
         let released = api
             .call("createRelease", &releases)

@@ -48,6 +48,41 @@ async fn exponential_releases_a_selected_posterior(backend: Backend) {
         spends_exactly(f(&preview["cost"]["epsilon"]), 1.0),
         "{preview}"
     );
+    // The forecast: the utility theorem's H bound at 95 %, (2Δ̃/ε′)·ln((n + 1)/β), capped at 1 —
+    // vacuous at ε = 1, informative at ε = 30, and the same whatever the counts (n alone).
+    assert_eq!(
+        preview["forecast"],
+        json!({"hellinger_bound": 1.0, "hellinger_bound_confidence": 0.95}),
+        "{preview}"
+    );
+    let mut sharp = Vec::new();
+    for counts in [json!([3, 7]), json!([10, 0]), json!([0, 10])] {
+        let p = json_of(
+            app.post(
+                &format!("{path}/preview"),
+                ADMIN_TOKEN,
+                &json!({"counts": counts, "mechanism": "exponential", "epsilon": 30.0}),
+            )
+            .await,
+            StatusCode::OK,
+        )
+        .await;
+        sharp.push(p["forecast"].clone());
+    }
+    assert!(sharp.iter().all(|s| *s == sharp[0]), "{sharp:?}");
+    let bound = f(&sharp[0]["hellinger_bound"]);
+    let theorem = 2.0 * used / 30.0 * (11.0f64 / 0.05).ln();
+    assert!(
+        (theorem..theorem + 1e-5).contains(&bound),
+        "{bound} vs {theorem}"
+    );
+    assert!(bound < 0.13, "{bound}");
+    assert_eq!(f(&sharp[0]["hellinger_bound_confidence"]), 0.95);
+    assert_eq!(
+        app.budget(&id).await["releases"],
+        0,
+        "previews charge nothing"
+    );
 
     // Release with a key; the record carries j*, its posterior; the distribution is its mean.
     let first = app.post_with_key(&path, ADMIN_TOKEN, "exp-1", &body).await;

@@ -32,7 +32,9 @@ use crate::privacy::types::Relation;
 use crate::privacy::utility::Forecast;
 use crate::privacy::{Counts, Epsilon, Order, Prior};
 use crate::release::seeds::{BoundedMode, BoundedSpec, ExponentialSpec};
-use crate::release::{self, Draw, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
+use crate::release::{
+    self, Draw, Noise, Plan, PlanError, Spec, Target, VectorForecast, DEFAULT_PRIOR, DEFAULT_R,
+};
 use crate::table::{self, CountTable, TableError};
 
 /// Counts above this lose integer precision in f64 and push Gamma shapes towards overflow; the
@@ -823,7 +825,7 @@ struct PreviewView {
     budget_after: BudgetView,
     /// Vectors: the forecast (null for baselines). Absent for tables.
     #[serde(skip_serializing_if = "Option::is_none")]
-    forecast: Option<Option<Forecast>>,
+    forecast: Option<Option<VectorForecast>>,
     /// Tables: one forecast per row, rows in order. Absent for vectors.
     #[serde(skip_serializing_if = "Option::is_none")]
     forecasts: Option<Vec<Option<Forecast>>>,
@@ -856,7 +858,7 @@ async fn preview(
         after.releases += 1;
     }
     let (forecast, forecasts) = match &input {
-        Input::Vector(counts) => (Some(release::forecast(&plan.draw, counts)), None),
+        Input::Vector(counts) => (Some(release::vector_forecast(&plan.draw, counts)), None),
         Input::Table(t) => (None, Some(table::forecasts(&plan.draw, t))),
     };
     let (without_bound, gohari) = match &input {
