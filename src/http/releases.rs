@@ -832,7 +832,9 @@ struct PreviewView {
     /// With `lower_bound`: the same request without it (the bound's gain).
     #[serde(skip_serializing_if = "Option::is_none")]
     without_bound: Option<Value>,
-    /// With `lower_bound`: seed 003's own (ε, δ) next to the RDP route's.
+    /// With `lower_bound` on a vector: seed 003's own (ε, δ) next to the RDP route's. Tables
+    /// have none: Theorem 1 is stated for one vector whose total N stays fixed, and under
+    /// replace_one a record moving between rows changes two rows' totals.
     #[serde(skip_serializing_if = "Option::is_none")]
     gohari: Option<Value>,
 }
@@ -881,6 +883,19 @@ async fn preview(
                 _ => (None, None),
             }
         }
+        // Priced as the table itself is: d = cells per row, the table form of the relation.
+        Input::Table(t) if req.lower_bound.is_some() => match parse_bounded(&req, dataset.order) {
+            Ok(Spec::Bounded(spec)) => (
+                release::seeds::without_bound(
+                    &spec,
+                    t.cells(),
+                    dataset.order,
+                    &dataset.sensitivity.for_table(),
+                ),
+                None,
+            ),
+            _ => (None, None),
+        },
         Input::Table(_) => (None, None),
     };
     let view = PreviewView {
