@@ -177,6 +177,11 @@ async fn exponential_releases_a_selected_posterior(backend: Backend) {
             json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 500.0}),
             "",
         ),
+        // A record moving between rows changes both rows' n: not 002's fixed-n neighbours.
+        (
+            json!({"table": [[3, 7], [20, 30]], "mechanism": "exponential", "epsilon": 1.0}),
+            "table",
+        ),
     ] {
         let problem = assert_problem(
             app.post(&path, ADMIN_TOKEN, &bad).await,
