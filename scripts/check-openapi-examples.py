@@ -69,6 +69,10 @@ good_releases = [
     ({"counts": [1, 2], "mechanism": "gaussian", "sigma": 3, "epsilon": 1}, "gaussian sigma with a cap"),
     ({"counts": [1, 2], "mechanism": "laplace", "scale": 3}, "laplace scale"),
     ({"counts": [1, 2], "mechanism": "laplace", "epsilon": 1, "order": 3}, "laplace calibrated"),
+    ({"table": [[1, 2], [3, 4]], "epsilon": 1, "mechanism": "diffuse", "alpha": 0, "lower_bound": [1, 2],
+      "label": "t"}, "diffuse with lower_bound on a labelled table"),
+    ({"table": [[1, 2]], "mechanism": "explicit", "r": 1, "alpha": 0, "lower_bound": 5}, "explicit with lower_bound on a table"),
+    ({"table": [[1, 2]], "epsilon": 1, "mechanism": "posterior", "prior_shape": [1, 2]}, "posterior prior_shape on a table"),
 ]
 bad_releases = [
     ({"epsilon": 1}, "no counts"),
@@ -103,6 +107,10 @@ bad_releases = [
     ({"counts": [1, 2], "mechanism": "laplace", "scale": 1, "sigma": 1}, "sigma with laplace"),
     ({"counts": [1, 2], "mechanism": "laplace", "scale": 1, "order": 3}, "order with a given scale"),
     ({"counts": [1, 2], "epsilon": 1, "mechanism": "telepathy"}, "unknown mechanism"),
+    ({"table": [[1, 2]], "epsilon": 1, "mechanism": "exponential"}, "exponential on a table"),
+    ({"epsilon": 1, "mechanism": "diffuse", "alpha": 0, "lower_bound": 1}, "lower_bound without counts or table"),
+    ({"counts": [1, 2], "table": [[1, 2]], "mechanism": "explicit", "r": 1, "alpha": 0, "lower_bound": 1},
+     "lower_bound with both counts and table"),
     ({"counts": [1, 2], "epsilon": 1, "colour": "blue"}, "unknown field"),
     ([1, 2], "not an object"),
 ]
@@ -216,6 +224,11 @@ check(S + "Preview", dict(preview, forecast=None), True, "preview without foreca
 check(S + "Preview", dict(preview, forecast={}), False, "forecast object without fields")
 check(S + "Preview", dict(preview, forecast=dict(forecast, kl_tail=None)), True, "forecast without KL tail")
 check(S + "Preview", dict(preview, admissible="yes"), False, "admissible not a boolean")
+selection = {"hellinger_bound": 0.258, "hellinger_bound_confidence": 0.95}
+check(S + "Preview", dict(preview, forecast=selection), True, "exponential forecast")
+check(S + "Preview", dict(preview, forecast=dict(selection, hellinger_bound=1.5)), False, "hellinger bound above 1")
+check(S + "Preview", dict(preview, forecast=dict(selection, l2_bound=0.3)), False, "two forecasts in one")
+check(S + "Preview", dict(preview, forecast={"hellinger_bound": 0.2}), False, "hellinger bound without confidence")
 check(S + "TokenCreated", {"id": "9f86d081884c7d65", "token": "dra_9f86d081884c7d65_q-Z_s3cr3t", "role": "analyst",
                            "datasets": [UUID], "created_at": NOW, "expires_at": None}, True, "token")
 check(S + "TokenCreated", {"id": "9f86d081884c7d65", "token": "dra_9f86d081884c7d65_q-Z_s3cr3t", "role": "admin",

@@ -15,7 +15,7 @@ use crate::ledger::{charge_for, Units, UnitsError};
 use crate::privacy::curve::{dirichlet_max_order, dirichlet_price, Pricing};
 use crate::privacy::discrete::{self, MAX_NOISE_SCALE};
 use crate::privacy::sampler::{release_shapes, try_os_rng, try_sample_dirichlet, SampleError};
-use crate::privacy::utility::{dirichlet_forecast, Forecast};
+use crate::privacy::utility::{dirichlet_forecast, Forecast, SelectionForecast};
 use crate::privacy::{
     baseline, calibrate, Calibration, CalibrationError, Counts, DirichletParams, Epsilon, Order,
     Prior, Sensitivity,
@@ -25,7 +25,7 @@ use crate::privacy::{
 pub const DEFAULT_PRIOR: f64 = 1.0;
 /// The default concentration r of the `posterior` calibration (001 Theorem 2 with r = 1).
 pub const DEFAULT_R: f64 = 1.0;
-/// Confidence level 1 − β of the ℓ2 forecast.
+/// β of the forecasts: each bound holds with probability 1 − β.
 pub const FORECAST_BETA: f64 = 0.05;
 
 /// A calibration target: spend ε at order λ.
@@ -514,7 +514,31 @@ fn check_noise_scale(name: &str, value: f64) -> Result<(), PlanError> {
     }
 }
 
-/// The utility forecast of a plan (Dirichlet draws only; baselines have none).
+/// A vector preview's `forecast`: the Dirichlet family's, or the exponential mechanism's.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum VectorForecast {
+    Dirichlet(Forecast),
+    Exponential(SelectionForecast),
+}
+
+/// The forecast of a one-vector plan: [`forecast`], and for the exponential mechanism the
+/// Hellinger bound of its selection, which needs only n (= N), the prior and ε.
+pub fn vector_forecast(draw: &Draw, counts: &Counts) -> Option<VectorForecast> {
+    match draw {
+        Draw::Exponential {
+            candidates,
+            epsilon,
+        } => Some(VectorForecast::Exponential(SelectionForecast {
+            hellinger_bound: candidates.hellinger_bound(*epsilon, FORECAST_BETA),
+            hellinger_bound_confidence: 1.0 - FORECAST_BETA,
+        })),
+        _ => forecast(draw, counts).map(VectorForecast::Dirichlet),
+    }
+}
+
+/// The utility forecast of a Dirichlet-family plan (baselines and the exponential mechanism
+/// have none here; tables forecast each row with it).
 pub fn forecast(draw: &Draw, counts: &Counts) -> Option<Forecast> {
     if let Draw::Bounded { r, alpha, lower } = draw {
         // On data that respects the bound the draw is Dir(r·x + α), α = alpha − rL; forecast

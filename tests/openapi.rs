@@ -1172,6 +1172,10 @@ async fn every_response_matches_the_description(backend: Backend) {
             .expect(200)
             .await;
         assert_eq!(priced.body["mechanism"]["kind"], mechanism, "{body}");
+        if mechanism == "exponential" {
+            let bound = priced.body["forecast"]["hellinger_bound"].as_f64().unwrap();
+            assert!(bound > 0.0 && bound <= 1.0, "{}", priced.body);
+        }
         assert_eq!(priced.body["admissible"], true);
         let released = api
             .call("createRelease", &releases)
@@ -1198,6 +1202,9 @@ async fn every_response_matches_the_description(backend: Backend) {
         json!({"table": table, "epsilon": 0.5, "mechanism": "gaussian"}),
         json!({"table": table, "mechanism": "laplace", "scale": 4.0}),
         json!({"table": [[1, 2]], "epsilon": 0.5}),
+        // A table with a lower bound gets `without_bound` (no `gohari`); with a prior shape.
+        json!({"table": table, "epsilon": 0.5, "mechanism": "diffuse", "alpha": [1, 2, 3, 4], "lower_bound": [1, 0, 0, 2]}),
+        json!({"table": table, "epsilon": 0.5, "mechanism": "posterior", "prior_shape": [1, 2, 3, 4]}),
         json!({"counts": counts, "epsilon": 0.5, "label": "class prior"}),
     ] {
         let rows = body.get("table").map(|t| t.as_array().unwrap().len());
@@ -1223,6 +1230,12 @@ async fn every_response_matches_the_description(backend: Backend) {
             Some(rows) => {
                 assert_eq!(priced.body["forecasts"].as_array().unwrap().len(), rows);
                 assert!(priced.body.get("forecast").is_none());
+                assert_eq!(
+                    priced.body.get("without_bound").is_some(),
+                    body.get("lower_bound").is_some(),
+                    "{body}"
+                );
+                assert!(priced.body.get("gohari").is_none());
                 let out = released.body["distributions"].as_array().unwrap();
                 assert_eq!(out.len(), rows);
                 assert!(released.body.get("distribution").is_none());

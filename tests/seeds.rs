@@ -48,6 +48,41 @@ async fn exponential_releases_a_selected_posterior(backend: Backend) {
         spends_exactly(f(&preview["cost"]["epsilon"]), 1.0),
         "{preview}"
     );
+    // The forecast: the utility theorem's H bound at 95 %, (2Δ̃/ε′)·ln((n + 1)/β), capped at 1 —
+    // vacuous at ε = 1, informative at ε = 30, and the same whatever the counts (n alone).
+    assert_eq!(
+        preview["forecast"],
+        json!({"hellinger_bound": 1.0, "hellinger_bound_confidence": 0.95}),
+        "{preview}"
+    );
+    let mut sharp = Vec::new();
+    for counts in [json!([3, 7]), json!([10, 0]), json!([0, 10])] {
+        let p = json_of(
+            app.post(
+                &format!("{path}/preview"),
+                ADMIN_TOKEN,
+                &json!({"counts": counts, "mechanism": "exponential", "epsilon": 30.0}),
+            )
+            .await,
+            StatusCode::OK,
+        )
+        .await;
+        sharp.push(p["forecast"].clone());
+    }
+    assert!(sharp.iter().all(|s| *s == sharp[0]), "{sharp:?}");
+    let bound = f(&sharp[0]["hellinger_bound"]);
+    let theorem = 2.0 * used / 30.0 * (11.0f64 / 0.05).ln();
+    assert!(
+        (theorem..theorem + 1e-5).contains(&bound),
+        "{bound} vs {theorem}"
+    );
+    assert!(bound < 0.13, "{bound}");
+    assert_eq!(f(&sharp[0]["hellinger_bound_confidence"]), 0.95);
+    assert_eq!(
+        app.budget(&id).await["releases"],
+        0,
+        "previews charge nothing"
+    );
 
     // Release with a key; the record carries j*, its posterior; the distribution is its mean.
     let first = app.post_with_key(&path, ADMIN_TOKEN, "exp-1", &body).await;
@@ -141,6 +176,11 @@ async fn exponential_releases_a_selected_posterior(backend: Backend) {
         (
             json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 500.0}),
             "",
+        ),
+        // A record moving between rows changes both rows' n: not 002's fixed-n neighbours.
+        (
+            json!({"table": [[3, 7], [20, 30]], "mechanism": "exponential", "epsilon": 1.0}),
+            "table",
         ),
     ] {
         let problem = assert_problem(
@@ -383,8 +423,167 @@ async fn posterior_takes_a_prior_shape(backend: Backend) {
     assert_eq!(app.budget(&id).await, before);
 }
 
+/// `lower_bound` and `prior_shape` on tables: calibrated under the table form of the relation
+/// (`Sensitivity::for_table`), so each is released at exactly the asked ε; a per-cell prior or
+/// bound gets a smaller r (or a larger prior scale m) than the same request on one vector, a
+/// uniform one the same parameters. The preview's `without_bound` is priced as the table is.
+async fn bounded_and_shaped_tables_are_charged_exactly(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(22.0, 100.0).await;
+    let path = format!("/v1/datasets/{id}/releases");
+    let table = json!([[120, 150, 230], [60, 75, 90], [55, 300, 70]]);
+    let row = json!([120, 150, 230]);
+    let with = |base: &Value, key: &str, value: &Value| {
+        let mut body = base.clone();
+        body[key] = value.clone();
+        body
+    };
+    let preview = |body: Value| {
+        let (app, path) = (&app, &path);
+        async move {
+            json_of(
+                app.post(&format!("{path}/preview"), ADMIN_TOKEN, &body)
+                    .await,
+                StatusCode::OK,
+            )
+            .await
+        }
+    };
+    // (request, whether a cell-wise prior makes the table dearer than one vector)
+    let cases = [
+        // uniform L, α > 0
+        (
+            json!({"epsilon": 0.5, "mechanism": "dirichlet", "lower_bound": 5}),
+            false,
+        ),
+        // per-cell L, α > 0 (per cell too)
+        (
+            json!({"epsilon": 0.5, "mechanism": "diffuse", "alpha": [1, 2, 3], "lower_bound": [5, 6, 7]}),
+            true,
+        ),
+        // uniform L, α = 0 (Gohari's prior-free draw)
+        (
+            json!({"epsilon": 0.5, "mechanism": "diffuse", "alpha": 0, "lower_bound": 50}),
+            false,
+        ),
+        // per-cell L, α = 0
+        (
+            json!({"epsilon": 0.5, "mechanism": "diffuse", "alpha": 0, "lower_bound": [50, 55, 60]}),
+            true,
+        ),
+        (
+            json!({"epsilon": 0.5, "mechanism": "posterior", "prior_shape": 2}),
+            false,
+        ),
+        (
+            json!({"epsilon": 0.5, "mechanism": "posterior", "prior_shape": [1, 2, 3]}),
+            true,
+        ),
+    ];
+    for (i, (case, per_cell)) in cases.iter().enumerate() {
+        let body = with(case, "table", &table);
+        let tp = preview(body.clone()).await;
+        let vp = preview(with(case, "counts", &row)).await;
+        assert_eq!(tp["forecasts"].as_array().unwrap().len(), 3, "{tp}");
+        assert!(
+            tp.get("forecast").is_none() && tp.get("gohari").is_none(),
+            "{tp}"
+        );
+        for p in [&tp, &vp] {
+            assert!(spends_exactly(f(&p["cost"]["epsilon"]), 0.5), "{case}: {p}");
+        }
+        let (tm, vm) = (&tp["mechanism"], &vp["mechanism"]);
+        if case["mechanism"] == "posterior" {
+            // α = m·s: compare the scale m through the first cell.
+            let (ta, va) = (&tm["alpha"], &vm["alpha"]);
+            let first = |a: &Value| a.as_array().map_or_else(|| f(a), |v| f(&v[0]));
+            if *per_cell {
+                assert!(first(ta) > first(va), "{case}: table {ta}, vector {va}");
+            } else {
+                assert_eq!(ta, va, "{case}");
+            }
+        } else if *per_cell {
+            assert!(f(&tm["r"]) < f(&vm["r"]), "{case}: table {tm}, vector {vm}");
+        } else {
+            assert_eq!(tm, vm, "{case}");
+        }
+
+        // `without_bound`: the table request without the bound, priced as a table.
+        if case.get("lower_bound").is_some() {
+            let wb = &tp["without_bound"];
+            let mut plain = body.clone();
+            plain.as_object_mut().unwrap().remove("lower_bound");
+            if case["alpha"] == 0 {
+                assert_eq!(
+                    *wb,
+                    json!({"r": null, "alpha": null, "epsilon": null}),
+                    "{tp}"
+                );
+            } else {
+                let pp = preview(plain).await;
+                let (r, want) = (f(&wb["r"]), f(&pp["mechanism"]["r"]));
+                assert!((r - want).abs() <= 1e-9 * want, "{case}: {wb} vs {pp}");
+                let eps = f(&wb["epsilon"]);
+                assert!((0.5 * (1.0 - 1e-6)..=0.5).contains(&eps), "{wb}");
+                assert!(f(&tm["r"]) > r, "the bound buys a larger r: {tm} vs {wb}");
+                let vector_wb = &vp["without_bound"];
+                if *per_cell {
+                    assert!(r < f(&vector_wb["r"]), "{wb} vs one vector's {vector_wb}");
+                } else {
+                    assert_eq!(wb, vector_wb);
+                }
+            }
+        } else {
+            assert!(tp.get("without_bound").is_none(), "{tp}");
+        }
+
+        // Released at exactly the asked ε, replayed, listed.
+        let key = format!("table-bounded-{i}");
+        let before = app.budget(&id).await;
+        let released = json_of(
+            app.post_with_key(&path, ADMIN_TOKEN, &key, &body).await,
+            StatusCode::CREATED,
+        )
+        .await;
+        let rows = released["distributions"].as_array().unwrap();
+        assert_eq!(rows.len(), 3, "{released}");
+        for r in rows {
+            let cells: Vec<f64> = r.as_array().unwrap().iter().map(f).collect();
+            assert_eq!(cells.len(), 3);
+            assert!((cells.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{r}");
+        }
+        assert!(released.get("distribution").is_none());
+        assert_eq!(released["mechanism"]["kind"], case["mechanism"]);
+        assert_eq!(
+            released["mechanism"]["r"], tm["r"],
+            "the preview's plan was drawn"
+        );
+        // The seeds' calibrations stop within 1e-9 below ε (`bounded::SPEND_TOLERANCE`).
+        let charged = f(&released["cost"]["epsilon"]);
+        assert!(spends_exactly(charged, 0.5), "{released}");
+        let after = app.budget(&id).await;
+        assert_eq!(f(&after["spent"]), f(&before["spent"]) + charged);
+        let response = app.post_with_key(&path, ADMIN_TOKEN, &key, &body).await;
+        assert_eq!(response.headers()["idempotent-replayed"], "true");
+        let again = json_of(response, StatusCode::CREATED).await;
+        assert_eq!(again["id"], released["id"]);
+        assert_eq!(again["distributions"], released["distributions"]);
+        assert_eq!(app.budget(&id).await, after, "a replay charges nothing");
+        let listed = json_of(app.get(&path, ADMIN_TOKEN).await, StatusCode::OK).await;
+        let item = listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|item| item["id"] == released["id"])
+            .unwrap_or_else(|| panic!("{key} is not listed: {listed}"));
+        assert_eq!(item["distributions"], released["distributions"]);
+    }
+    assert_eq!(app.budget(&id).await["releases"], cases.len());
+}
+
 on_both_backends!(
     exponential_releases_a_selected_posterior,
     lower_bound_releases_are_priced_with_the_effective_prior,
     posterior_takes_a_prior_shape,
+    bounded_and_shaped_tables_are_charged_exactly,
 );

@@ -32,7 +32,9 @@ use crate::privacy::types::Relation;
 use crate::privacy::utility::Forecast;
 use crate::privacy::{Counts, Epsilon, Order, Prior};
 use crate::release::seeds::{BoundedMode, BoundedSpec, ExponentialSpec};
-use crate::release::{self, Draw, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
+use crate::release::{
+    self, Draw, Noise, Plan, PlanError, Spec, Target, VectorForecast, DEFAULT_PRIOR, DEFAULT_R,
+};
 use crate::table::{self, CountTable, TableError};
 
 /// Counts above this lose integer precision in f64 and push Gamma shapes towards overflow; the
@@ -823,14 +825,16 @@ struct PreviewView {
     budget_after: BudgetView,
     /// Vectors: the forecast (null for baselines). Absent for tables.
     #[serde(skip_serializing_if = "Option::is_none")]
-    forecast: Option<Option<Forecast>>,
+    forecast: Option<Option<VectorForecast>>,
     /// Tables: one forecast per row, rows in order. Absent for vectors.
     #[serde(skip_serializing_if = "Option::is_none")]
     forecasts: Option<Vec<Option<Forecast>>>,
     /// With `lower_bound`: the same request without it (the bound's gain).
     #[serde(skip_serializing_if = "Option::is_none")]
     without_bound: Option<Value>,
-    /// With `lower_bound`: seed 003's own (ε, δ) next to the RDP route's.
+    /// With `lower_bound` on a vector: seed 003's own (ε, δ) next to the RDP route's. Tables
+    /// have none: Theorem 1 is stated for one vector whose total N stays fixed, and under
+    /// replace_one a record moving between rows changes two rows' totals.
     #[serde(skip_serializing_if = "Option::is_none")]
     gohari: Option<Value>,
 }
@@ -856,7 +860,7 @@ async fn preview(
         after.releases += 1;
     }
     let (forecast, forecasts) = match &input {
-        Input::Vector(counts) => (Some(release::forecast(&plan.draw, counts)), None),
+        Input::Vector(counts) => (Some(release::vector_forecast(&plan.draw, counts)), None),
         Input::Table(t) => (None, Some(table::forecasts(&plan.draw, t))),
     };
     let (without_bound, gohari) = match &input {
@@ -879,6 +883,19 @@ async fn preview(
                 _ => (None, None),
             }
         }
+        // Priced as the table itself is: d = cells per row, the table form of the relation.
+        Input::Table(t) if req.lower_bound.is_some() => match parse_bounded(&req, dataset.order) {
+            Ok(Spec::Bounded(spec)) => (
+                release::seeds::without_bound(
+                    &spec,
+                    t.cells(),
+                    dataset.order,
+                    &dataset.sensitivity.for_table(),
+                ),
+                None,
+            ),
+            _ => (None, None),
+        },
         Input::Table(_) => (None, None),
     };
     let view = PreviewView {

@@ -145,8 +145,7 @@ impl BetaCandidates {
                 max_epsilon,
             });
         }
-        let run = (epsilon - RUN_SLACK_REL * epsilon - RUN_SLACK_ABS).max(0.0);
-        let scale = run / (2.0 * self.sensitivity_used());
+        let scale = self.scale(epsilon);
         let logs: Vec<f64> = self.scores(n1).iter().map(|u| scale * u).collect();
         let top = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         let unit = 2f64.powi(weight_exponent(self.n));
@@ -156,6 +155,39 @@ impl BetaCandidates {
             // f64 of at least 2⁴⁰ and the cast truncates less than 2⁻⁴⁰ of it.
             .map(|l| ((l - top).exp() * unit) as u128)
             .collect())
+    }
+
+    /// ε_run/(2Δ̃), the factor the weights put on each utility: ε_run = ε − 10⁻¹²ε − 10⁻¹⁰ and
+    /// Δ̃ = [`Self::sensitivity_used`] (module documentation, points 1 and 3).
+    fn scale(&self, epsilon: f64) -> f64 {
+        let run = (epsilon - RUN_SLACK_REL * epsilon - RUN_SLACK_ABS).max(0.0);
+        run / (2.0 * self.sensitivity_used())
+    }
+
+    /// The preview's forecast: with probability ≥ 1 − β, whatever n₁, the selected posterior's
+    /// Hellinger distance to the exact one, Beta(α + n₁, β + n₀), is at most
+    /// min(1, (2Δ̃/ε_run)·ln((n + 1)/β)·(1 + 10⁻¹²) + √E). It uses n, the prior and ε only, never
+    /// a count.
+    ///
+    /// This is the exponential mechanism's utility theorem (McSherry & Talwar 2007; Dwork & Roth,
+    /// *The Algorithmic Foundations of Differential Privacy*, Theorem 3.11) with OPT = 0 and
+    /// |R| = n + 1, restated for the weights [`Self::weights`] actually draws with, whose scale is
+    /// ε_run/(2Δ̃) rather than ε/(2Δ_g):
+    /// - the exact posterior is candidate n₁, its computed H is exactly 0, so its weight is 2^K,
+    ///   the largest; a candidate whose computed H exceeds t weighs at most 2^K·exp(−scale·t)
+    ///   (the floor to an integer only lowers it), so P[computed H > t] ≤ n·exp(−scale·t). At
+    ///   t = ln((n + 1)/β)/scale that is β·n/(n + 1); the factor 1 + 10⁻¹² on t takes a further
+    ///   relative 10⁻¹²·ln((n + 1)/β) > 6·10⁻¹³ off, more than the rounding of the computed logs
+    ///   and exps (< 10⁻¹⁴ relative), so the bound holds for every n.
+    /// - the true H is within √E of the computed one ([`Self::utility_error_bound`]), hence + √E.
+    /// - H ≤ 1 always, hence the min.
+    pub fn hellinger_bound(&self, epsilon: f64, beta: f64) -> f64 {
+        let scale = self.scale(epsilon);
+        if !(scale > 0.0 && beta > 0.0 && beta < 1.0) {
+            return 1.0;
+        }
+        let t = ((self.n as f64 + 1.0) / beta).ln() / scale * (1.0 + 1e-12);
+        (t + self.utility_error_bound().sqrt()).min(1.0)
     }
 
     /// One release: j* drawn with probability q_j/Σq from the CSPRNG.
@@ -458,6 +490,85 @@ mod tests {
         let big = BetaCandidates::new(10_000, 1.0, 1.0).unwrap();
         let infl = big.sensitivity_used() / big.global_sensitivity() - 1.0;
         assert!(infl < 3e-3, "{infl}");
+    }
+
+    /// P[computed H(r_{n₁}, r_{j*}) > t] under the integer weights the sampler draws with.
+    fn tail(c: &BetaCandidates, n1: u64, epsilon: f64, t: f64) -> f64 {
+        let q = c.weights(n1, epsilon).unwrap();
+        let total: f64 = q.iter().map(|&w| w as f64).sum();
+        (0..=c.n())
+            .filter(|&j| c.hellinger(n1, j) > t)
+            .map(|j| q[j as usize] as f64 / total)
+            .sum()
+    }
+
+    /// The preview's forecast against the exact selection distribution: for every n ≤ 12 (and
+    /// a few larger), priors, ε up to the largest accepted and every n₁, P[H > bound] ≤ β. The
+    /// bound is not vacuous in most of these cases, and halving it (dropping the theorem's
+    /// factor 2) breaks the check somewhere, so the check can fail.
+    #[test]
+    fn hellinger_bound_holds_for_every_n1_by_brute_force() {
+        let beta = 0.05;
+        let (mut cases, mut informative, mut halved_fails) = (0, 0, 0);
+        let mut worst: f64 = 0.0;
+        for n in (1..=12).chain([20, 40, 100]) {
+            for (a, b) in [(1.0, 1.0), (0.5, 2.0), (6.0, 12.0)] {
+                let c = BetaCandidates::new(n, a, b).unwrap();
+                let max = c.max_epsilon();
+                for eps in [0.5, 2.0, 5.0, 10.0, 20.0, 35.0, max] {
+                    if eps > max {
+                        continue;
+                    }
+                    let bound = c.hellinger_bound(eps, beta);
+                    assert!(bound > 0.0 && bound <= 1.0, "n={n} ε={eps}: {bound}");
+                    cases += 1;
+                    informative += usize::from(bound < 1.0);
+                    let mut halved_worst: f64 = 0.0;
+                    for n1 in 0..=n {
+                        let p = tail(&c, n1, eps, bound);
+                        worst = worst.max(p);
+                        assert!(
+                            p <= beta,
+                            "n={n} ({a},{b}) ε={eps} n1={n1}: P[H > {bound}] = {p}"
+                        );
+                        halved_worst = halved_worst.max(tail(&c, n1, eps, bound / 2.0));
+                    }
+                    halved_fails += usize::from(halved_worst > beta);
+                }
+            }
+        }
+        println!("{cases} cases, {informative} with bound < 1, largest tail {worst}, halved bound fails in {halved_fails}");
+        assert!(informative * 2 > cases, "{informative} of {cases}");
+        assert!(halved_fails > 0);
+    }
+
+    /// The figures docs/PRIVACY.md quotes: n = 100, Beta(1, 1), β = 0.05.
+    #[test]
+    fn hellinger_bound_figures_at_n_100() {
+        let c = BetaCandidates::new(100, 1.0, 1.0).unwrap();
+        let bounds: Vec<f64> = [1.0, 5.0, 20.0, 37.0]
+            .iter()
+            .map(|&e| c.hellinger_bound(e, 0.05))
+            .collect();
+        println!("n=100 hellinger_bound at ε = 1, 5, 20, 37: {bounds:?}");
+        assert_eq!(bounds[0], 1.0);
+        assert_eq!(bounds[1], 1.0);
+        // (2·0.33901/20)·ln(101/0.05) = 0.2580 (Δ̃ is 0.02 % above Δ_g).
+        assert!((bounds[2] - 0.2580).abs() < 5e-4, "{}", bounds[2]);
+        assert!(bounds[3] < bounds[2]);
+        // What the bound leaves on the table: the realised 95 % quantile of H at n₁ = 30.
+        for (eps, bound) in [(20.0, bounds[2]), (37.0, bounds[3])] {
+            let mut hs: Vec<f64> = (0..=100).map(|j| c.hellinger(30, j)).collect();
+            hs.sort_by(f64::total_cmp);
+            let q = hs
+                .into_iter()
+                .find(|&t| tail(&c, 30, eps, t) <= 0.05)
+                .unwrap();
+            println!("n=100 n1=30 ε={eps}: 95 % quantile of H = {q}, bound {bound}");
+            assert!(q <= bound);
+        }
+        // Tiny ε leaves ε_run = 0 (uniform selection): the bound is the trivial 1.
+        assert_eq!(c.hellinger_bound(1e-11, 0.05), 1.0);
     }
 
     #[test]

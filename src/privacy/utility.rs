@@ -20,6 +20,16 @@ pub struct KlTail {
     pub probability: f64,
 }
 
+/// Forecast of seed 002's exponential mechanism from (n, prior, ε) only
+/// ([`super::exponential::BetaCandidates::hellinger_bound`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SelectionForecast {
+    /// H(selected posterior, exact posterior) ≤ this with probability
+    /// `hellinger_bound_confidence`, whatever the counts.
+    pub hellinger_bound: f64,
+    pub hellinger_bound_confidence: f64,
+}
+
 /// Forecast for y ~ Dir(r·x + α) with N = Σx, α₀ = Σα (uniform α_m used for the KL condition).
 ///
 /// - `l2_bound`: 001 Theorem 5 with N replaced by rN (the draw is Dir(r·x + α), so the
