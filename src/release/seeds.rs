@@ -48,6 +48,30 @@ pub struct BoundedSpec {
     pub lower: Option<CellValues>,
 }
 
+impl BoundedSpec {
+    /// The calibration target, for the calibrated modes.
+    pub fn target(&self) -> Option<&Target> {
+        match &self.mode {
+            BoundedMode::Dirichlet { target, .. }
+            | BoundedMode::Posterior { target, .. }
+            | BoundedMode::Diffuse { target, .. } => Some(target),
+            BoundedMode::Explicit { .. } => None,
+        }
+    }
+
+    /// The same spec solved for another target (`release::plan` aims at the ledger grid).
+    pub fn with_target(&self, target: Target) -> BoundedSpec {
+        let mut spec = self.clone();
+        match &mut spec.mode {
+            BoundedMode::Dirichlet { target: t, .. }
+            | BoundedMode::Posterior { target: t, .. }
+            | BoundedMode::Diffuse { target: t, .. } => *t = target,
+            BoundedMode::Explicit { .. } => {}
+        }
+        spec
+    }
+}
+
 /// Seed 002's mechanism: n public, prior Beta(α, β).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ExponentialSpec {
