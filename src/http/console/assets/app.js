@@ -467,10 +467,15 @@ async function renderDataset(datasetId) {
       allReleases(dataset.id),
     ]);
     clear(budgetSlot).append(budgetSummary(dataset, budget));
+    // A capped history holds the newest releases: the older ones' spend is what the ledger has
+    // spent beyond them, so the curve starts there instead of at 0.
+    const fetched = history.items.reduce((sum, r) => sum + r.cost.epsilon, 0);
+    const before = history.complete ? 0 : Math.max(0, budget.spent - fetched);
     clear(chartSlot).append(spendChart({
-      releases: history.items, total: budget.total, order: budget.order, start: dataset.created_at, end: Date.now(),
+      releases: history.items, total: budget.total, order: budget.order, before,
+      start: history.complete ? dataset.created_at : (history.items[0]?.created_at ?? dataset.created_at), end: Date.now(),
     }));
-    if (!history.complete) chartSlot.append(h('p', { class: 'muted' }, `The chart shows the first ${history.items.length} releases.`));
+    if (!history.complete) chartSlot.append(h('p', { class: 'muted' }, `The chart shows the newest ${history.items.length} releases; the curve starts at the ${before} spent before them.`));
     return history;
   };
 

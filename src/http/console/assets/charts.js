@@ -40,14 +40,15 @@ function timeLabel(t, span) {
 }
 
 /**
- * Cumulative spend as a step line: 0 at `start`, one step up by each release's cost at its
+ * Cumulative spend as a step line: `before` (what older releases not in `releases` spent; 0
+ * when the list is complete) at `start`, one step up by each release's cost at its
  * `created_at`, flat to `end`; the budget's total as a dashed horizontal rule.
  */
-export function spendChart({ releases, total, start, end, order }) {
+export function spendChart({ releases, total, start, end, order, before = 0 }) {
   const W = 720; const H = 260;
   const m = { l: 56, r: 16, t: 16, b: 40 };
   const points = [];
-  let cumulative = 0;
+  let cumulative = before;
   for (const r of releases) {
     cumulative += r.cost.epsilon;
     points.push({ t: Date.parse(r.created_at), y: cumulative, seq: r.seq, cost: r.cost.epsilon });
@@ -57,8 +58,8 @@ export function spendChart({ releases, total, start, end, order }) {
   const yMax = Math.max(total, cumulative) * 1.08 || 1;
   const x = (t) => m.l + ((t - t0) / (t1 - t0)) * (W - m.l - m.r);
   const y = (v) => H - m.b - (v / yMax) * (H - m.t - m.b);
-  let d = `M${x(t0).toFixed(1)},${y(0).toFixed(1)}`;
-  let last = 0;
+  let d = `M${x(t0).toFixed(1)},${y(before).toFixed(1)}`;
+  let last = before;
   for (const p of points) {
     d += ` H${x(p.t).toFixed(1)} V${y(p.y).toFixed(1)}`;
     last = p.y;
