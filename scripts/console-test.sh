@@ -24,44 +24,18 @@ if [ ! -d tests/console/node_modules/playwright-core ]; then
   (cd tests/console && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-BIN=${BIN:-target/debug/dirichlet-release}
-[ -x "$BIN" ] || cargo build --quiet
-work=$(mktemp -d)
-pid=
-pg_admin=${DIRICHLET_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}
-db=
-cleanup() {
-  [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-  [ -n "$db" ] && { psql "$pg_admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null || true; }
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
+# shellcheck source=scripts/serve.sh
+source scripts/serve.sh
 case "$backend" in
-  sqlite) url="sqlite://$work/console.db" ;;
-  postgres)
-    db="dr_console_$(date +%s)_$$"
-    psql "$pg_admin" -qc "CREATE DATABASE $db"
-    url="${pg_admin%/*}/$db" ;;
+  sqlite|postgres) ;;
   *) echo "usage: $0 [sqlite|postgres]" >&2; exit 2 ;;
 esac
-
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-export ADMIN="console-admin-$(date +%s)-$RANDOM-token"
-export BASE="http://127.0.0.1:$port"
+serve "$backend" "${BIN:-target/debug/dirichlet-release}"
 export OUT="$PWD/target/console-artifacts/$backend"
 export CHROMIUM=${CHROMIUM:-$(command -v chromium)}
-DIRICHLET_DATABASE_URL="$url" DIRICHLET_LISTEN="127.0.0.1:$port" DIRICHLET_ADMIN_TOKEN="$ADMIN" \
-  "$BIN" >"$work/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do
-  curl -sf "$BASE/readyz" >/dev/null && break
-  kill -0 "$pid" 2>/dev/null || { cat "$work/server.log"; echo "server exited" >&2; exit 1; }
-  sleep 0.2
-done
-grep -q "Console: $BASE/console" "$work/server.log" || { cat "$work/server.log"; echo "the server did not print the console address" >&2; exit 1; }
+grep -q "Console: $BASE/console" "$SERVER_LOG" || { cat "$SERVER_LOG"; echo "the server did not print the console address" >&2; exit 1; }
 
 echo "console test on $backend ($BASE)"
 (cd tests/console && node console.test.mjs)
-if grep -qF "$ADMIN" "$work/server.log"; then echo "the admin token reached the server log" >&2; exit 1; fi
-if grep -q 'dra_' "$work/server.log"; then echo "an analyst token reached the server log" >&2; exit 1; fi
+if grep -qF "$ADMIN" "$SERVER_LOG"; then echo "the admin token reached the server log" >&2; exit 1; fi
+if grep -q 'dra_' "$SERVER_LOG"; then echo "an analyst token reached the server log" >&2; exit 1; fi

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Sourced, not run: start the service on a free port with a fresh database for a test script,
+# and stop it (and drop the database) when the script exits.
+#
+#   source scripts/serve.sh
+#   serve sqlite|postgres [BIN]     sets BASE, ADMIN, SERVER_LOG and SERVER_PID; waits for /readyz
+#
+# postgres: a fresh database on DIRICHLET_TEST_POSTGRES_URL's server (default
+# postgres://postgres@127.0.0.1:5432/postgres). BIN defaults to target/debug/dirichlet-release,
+# built if missing. Extra DIRICHLET_* variables in the caller's environment reach the server.
+
+serve_work=$(mktemp -d)
+SERVER_PID=
+serve_db=
+serve_pg_admin=${DIRICHLET_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+serve_cleanup() {
+  [ -n "$SERVER_PID" ] && { kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
+  [ -n "$serve_db" ] && { psql "$serve_pg_admin" -qc "DROP DATABASE IF EXISTS $serve_db WITH (FORCE)" >/dev/null || true; }
+  rm -rf "$serve_work"
+}
+trap serve_cleanup EXIT
+
+serve() {
+  local backend=$1 bin=${2:-target/debug/dirichlet-release} url port
+  [ -x "$bin" ] || cargo build --quiet --bin dirichlet-release
+  case "$backend" in
+    sqlite) url="sqlite://$serve_work/service.db" ;;
+    postgres)
+      serve_db="dr_test_$(date +%s)_$$"
+      psql "$serve_pg_admin" -qc "CREATE DATABASE $serve_db"
+      url="${serve_pg_admin%/*}/$serve_db" ;;
+    *) echo "serve: backend must be sqlite or postgres, not '$backend'" >&2; return 2 ;;
+  esac
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  export ADMIN="test-admin-$(date +%s)-$RANDOM-token"
+  export BASE="http://127.0.0.1:$port"
+  SERVER_LOG="$serve_work/server.log"
+  DIRICHLET_DATABASE_URL="$url" DIRICHLET_LISTEN="127.0.0.1:$port" DIRICHLET_ADMIN_TOKEN="$ADMIN" \
+    "$bin" >"$SERVER_LOG" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 100); do
+    curl -sf "$BASE/readyz" >/dev/null && return 0
+    kill -0 "$SERVER_PID" 2>/dev/null || { cat "$SERVER_LOG"; echo "server exited" >&2; return 1; }
+    sleep 0.2
+  done
+  cat "$SERVER_LOG"; echo "server not ready after 20 s" >&2; return 1
+}
