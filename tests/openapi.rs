@@ -1164,6 +1164,7 @@ async fn every_response_matches_the_description(backend: Backend) {
         json!({"counts": counts, "mechanism": "explicit", "r": 0.1, "alpha": 5, "lower_bound": [0, 1, 1, 1]}),
         json!({"counts": [30, 12], "mechanism": "exponential", "epsilon": 1}),
         json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 0.2, "prior": [2, 3]}),
+        json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 0.2, "label": "a rate"}),
     ] {
         let mechanism = body.get("mechanism").cloned().unwrap_or(json!("dirichlet"));
         let priced = api
