@@ -39,6 +39,24 @@ const TETRAGAMMA_SERIES: [f64; 9] = [
     -19.0 * 43867.0 / 798.0,
 ];
 
+/// The recurrence's lift of x > 0 to z = x + steps ≥ [`SHIFT`]: `(steps, z)`; or the value of
+/// ψ′ and ψ″ at the edges (NaN for x ≤ 0 or NaN, 0 at +∞).
+#[inline]
+fn lift(x: f64) -> Result<(usize, f64), f64> {
+    if x.is_nan() || x <= 0.0 {
+        return Err(f64::NAN);
+    }
+    if x == f64::INFINITY {
+        return Err(0.0);
+    }
+    let steps = if x < SHIFT {
+        (SHIFT - x).ceil() as usize
+    } else {
+        0
+    };
+    Ok((steps, x + steps as f64))
+}
+
 #[inline]
 fn horner(w: f64, coefficients: &[f64]) -> f64 {
     coefficients.iter().rev().fold(0.0, |acc, &c| acc * w + c)
@@ -47,21 +65,13 @@ fn horner(w: f64, coefficients: &[f64]) -> f64 {
 /// ψ′(x) for x > 0, relative error ≤ 1e-13 on [1e-6, 1e8] (A&S 6.4.6 recurrence + 6.4.12
 /// asymptotic series). NaN for x ≤ 0 or NaN; 0 at +∞.
 pub fn trigamma(x: f64) -> f64 {
-    if x.is_nan() || x <= 0.0 {
-        return f64::NAN;
-    }
-    if x == f64::INFINITY {
-        return 0.0;
-    }
     // The same arithmetic as `trigamma_tetragamma`'s first component (a test holds them
     // bit-equal), without ψ″'s series and recurrence: the exact price evaluates ψ′ at ~50
     // quadrature nodes per call, and ψ″ is only wanted by Newton steps.
-    let steps = if x < SHIFT {
-        (SHIFT - x).ceil() as usize
-    } else {
-        0
+    let (steps, z) = match lift(x) {
+        Ok(lifted) => lifted,
+        Err(edge) => return edge,
     };
-    let z = x + steps as f64;
     let t = 1.0 / z;
     let w = t * t;
     let mut tri = t * w * horner(w, &TRIGAMMA_SERIES) + 0.5 * w + t;
@@ -81,20 +91,12 @@ pub fn tetragamma(x: f64) -> f64 {
 /// (ψ′(x), ψ″(x)) in one pass: the calibration solvers need both at the same point, and the
 /// recurrence reciprocals are shared.
 pub fn trigamma_tetragamma(x: f64) -> (f64, f64) {
-    if x.is_nan() || x <= 0.0 {
-        return (f64::NAN, f64::NAN);
-    }
-    if x == f64::INFINITY {
-        return (0.0, 0.0);
-    }
     // The recurrence terms are summed after the (smaller) series part so that rounding of
     // the small terms is not swamped; all terms of each sum share a sign.
-    let steps = if x < SHIFT {
-        (SHIFT - x).ceil() as usize
-    } else {
-        0
+    let (steps, z) = match lift(x) {
+        Ok(lifted) => lifted,
+        Err(edge) => return (edge, edge),
     };
-    let z = x + steps as f64;
     let t = 1.0 / z;
     let w = t * t;
     let mut tri = t * w * horner(w, &TRIGAMMA_SERIES) + 0.5 * w + t;
