@@ -66,7 +66,7 @@ fuzz_target!(|data: &[u8]| {
             serde_json::to_string(&plan.record).expect("the mechanism record serialises");
             // The draw the service makes (from an OS-seeded generator): an admitted plan has
             // passed the shape check, so it must succeed, for a vector and every row of a table.
-            let output = input
+            let (output, _drawn) = input
                 .draw(&plan.draw)
                 .unwrap_or_else(|e| panic!("an admitted plan failed to draw ({e}): {plan:?}"));
             assert_eq!(output.values().len(), input.total_cells());
