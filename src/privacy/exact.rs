@@ -65,6 +65,13 @@ const GAUSS_LEGENDRE_8: [(f64, f64); 8] = {
     out
 };
 
+/// Most pieces of one kernel integral: covers b/p up to 1.4⁵¹² ≈ 1e75. A finite price never
+/// needs more than ~110 (it needs α > (λ−1)r with λ − 1 ≥ 2⁻⁵², so b/p < 2⁵²); beyond the cap
+/// the price is +∞ (a refusal), where an unbounded loop would let one request spin
+/// (schemathesis found r = 1.2e119 with α = 2.2e-308, whose first step underflows and never
+/// moves).
+const MAX_PIECES: usize = 512;
+
 /// Largest ratio q/p of a quadrature piece (the bound is proven for 1.5; rounding of the split
 /// points is far below the gap).
 const PIECE_RATIO: f64 = 1.4;
@@ -85,6 +92,7 @@ pub(crate) fn scaled_trigamma(x: f64) -> f64 {
 fn kernel_integrals(p: f64, b: f64) -> (f64, f64) {
     let (mut rising, mut falling) = (Compensated::default(), Compensated::default());
     let mut u0 = 0.0;
+    let mut pieces = 0;
     while u0 < 1.0 {
         let x0 = p + b * u0;
         let u1 = if b > 0.0 {
@@ -92,6 +100,12 @@ fn kernel_integrals(p: f64, b: f64) -> (f64, f64) {
         } else {
             1.0
         };
+        // b/p beyond 1.4^MAX_PIECES (or so far beyond that the first step underflows and the
+        // loop would never move) is an interval no release needs priced: fail closed.
+        pieces += 1;
+        if u1.is_nan() || u1 <= u0 || pieces > MAX_PIECES {
+            return (f64::INFINITY, f64::INFINITY);
+        }
         let h = u1 - u0;
         for &(node, weight) in &GAUSS_LEGENDRE_8 {
             let u = u0 + h * node;
@@ -260,6 +274,30 @@ mod tests {
             "add_remove_one" => Relation::AddRemoveOne,
             _ => panic!("{name}"),
         }
+    }
+
+    /// schemathesis's hang: an `explicit` release with r = 1.2e119 and a prior entry at the
+    /// smallest normal float. The quadrature's first piece underflowed to zero width and the
+    /// loop never moved; now the price is +∞ (refused) at once.
+    #[test]
+    fn extreme_ratios_fail_closed_instead_of_spinning() {
+        let r = 1.244_891_369_848_710_7e119;
+        for relation in [Relation::ReplaceOne, Relation::AddRemoveOne] {
+            for (a1, a2) in [(2.225_073_858_507_201_4e-308, 9.9e-240), (1e-300, 1e-300)] {
+                let v = exact_rdp_two(order(1.5), r, a1, a2, relation);
+                assert_eq!(v, f64::INFINITY, "{relation:?} {a1} {a2}");
+            }
+        }
+        // The widest intervals a finite price has (r/α just below 1/(λ − 1), λ − 1 = 2⁻⁴⁰)
+        // are still priced: about 80 pieces, well inside the cap.
+        let lambda = 1.0 + 2f64.powi(-40);
+        let v = exact_rdp(
+            order(lambda),
+            1e9,
+            &Prior::Uniform(1e-3),
+            Relation::AddRemoveOne,
+        );
+        assert!(v.is_finite() && v > 0.0, "{v}");
     }
 
     #[test]
