@@ -36,7 +36,13 @@ TOOLS_VENV=${SCHEMATHESIS_VENV:-$PWD/target/schemathesis-venv} tools_venv "schem
 work=$(mktemp -d)
 pid=
 cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  # SIGTERM lets the server drain; one stuck in a request (the hang this script exists to find)
+  # never exits, so SIGKILL after 10 s rather than leave it spinning after the run.
+  if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT

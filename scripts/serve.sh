@@ -13,8 +13,17 @@ serve_work=$(mktemp -d)
 SERVER_PID=
 serve_db=
 serve_pg_admin=${DIRICHLET_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}
+# SIGTERM lets the server drain; one stuck in a request never exits, so SIGKILL after 10 s (a
+# server left spinning once ate a core of the next CI run).
+stop_server() {
+  local pid=$1
+  kill "$pid" 2>/dev/null || return 0
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
 serve_cleanup() {
-  [ -n "$SERVER_PID" ] && { kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; }
+  [ -n "$SERVER_PID" ] && stop_server "$SERVER_PID"
   [ -n "$serve_db" ] && { psql "$serve_pg_admin" -qc "DROP DATABASE IF EXISTS $serve_db WITH (FORCE)" >/dev/null || true; }
   rm -rf "$serve_work"
 }
