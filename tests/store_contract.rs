@@ -1177,6 +1177,101 @@ async fn row_lock_held_elsewhere_is_unavailable_postgres() {
     );
 }
 
+/// A TCP proxy in front of PostgreSQL that, once a client message carries `marker`, still passes
+/// the client's bytes on but swallows every answer, then closes both sides: a connection lost
+/// after a statement was sent, with the statement left to run.
+async fn cutting_proxy(upstream: std::net::SocketAddr, marker: Vec<u8>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let marker = Arc::new(marker);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let marker = marker.clone();
+            tokio::spawn(async move {
+                let server = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_server, mut to_server) = server.into_split();
+                let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let muted = cut.clone();
+                let answers = tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n @ 1..) = from_server.read(&mut buf).await {
+                        if muted.load(std::sync::atomic::Ordering::SeqCst) {
+                            continue;
+                        }
+                        if to_client.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                    to_client
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+                    let hit = buf[..n].windows(marker.len()).any(|w| w == &marker[..]);
+                    if hit {
+                        cut.store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
+                    if to_server.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                    if hit {
+                        // The rest of the message (Execute, Sync) may follow in another read.
+                        let rest = tokio::time::timeout(
+                            Duration::from_millis(300),
+                            from_client.read(&mut buf),
+                        )
+                        .await;
+                        if let Ok(Ok(n @ 1..)) = rest {
+                            let _ = to_server.write_all(&buf[..n]).await;
+                        }
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        break;
+                    }
+                }
+                answers.abort();
+                // Dropping every half closes both connections.
+            });
+        }
+    });
+    port
+}
+
+/// A connection lost once the commit's statement is sent is `OutcomeUnknown` (504), not
+/// `Unavailable` (503, "not charged"): here the statement ran and charged the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_connection_during_a_commit_is_outcome_unknown_postgres() {
+    let f = postgres().await;
+    let d = f
+        .store
+        .create_dataset(&new_dataset("cut", 1.0))
+        .await
+        .unwrap();
+    let mut url = url::Url::parse(&f.url).unwrap();
+    let upstream = std::net::SocketAddr::new(
+        url.host_str().unwrap().parse().unwrap(),
+        url.port().unwrap_or(5432),
+    );
+    let new = new_release(d.id, cost(0.25), None);
+    // The release id travels only in the commit's Bind message (uuids are sent as 16 bytes).
+    let port = cutting_proxy(upstream, new.id.as_bytes().to_vec()).await;
+    url.set_port(Some(port)).unwrap();
+    let through_proxy = connect(url.as_str(), &options()).await.unwrap();
+    match through_proxy.commit_release(&new).await {
+        Err(StoreError::OutcomeUnknown(message)) => {
+            assert!(message.starts_with("commit_release"), "{message}")
+        }
+        other => panic!("expected OutcomeUnknown, got {other:?}"),
+    }
+    // What a 503 would have denied: the statement committed.
+    let after = dataset(&*f.store, d.id).await;
+    assert_eq!(
+        (after.releases, after.spent),
+        (1, cost(0.25)),
+        "the lost commit was charged"
+    );
+}
+
 #[tokio::test]
 async fn postgres_sessions_carry_server_timeouts() {
     let url = pg::fresh_database().await;

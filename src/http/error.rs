@@ -277,6 +277,11 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %message, "database unavailable");
                 ApiError::Unavailable
             }
+            // Not a 503: that would tell the client "not charged", which may be false.
+            StoreError::OutcomeUnknown(message) => {
+                tracing::warn!(error = %message, "commit outcome unknown");
+                ApiError::CommitUnanswered
+            }
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -342,12 +342,16 @@ pub struct LedgerSummary {
 }
 
 /// Storage failures. `Unavailable` is the database being unreachable, read-only, full or busy
-/// past its timeout (→ 503 with Retry-After); `Corrupt` is a stored value the ledger cannot
-/// interpret; `Internal` is anything else. Messages never contain request data.
+/// past its timeout (→ 503 with Retry-After); `OutcomeUnknown` is a connection lost after a
+/// commit's statement was sent, which may or may not have committed (→ 504); `Corrupt` is a
+/// stored value the ledger cannot interpret; `Internal` is anything else. Messages never contain
+/// request data.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    #[error("commit outcome unknown: {0}")]
+    OutcomeUnknown(String),
     #[error("stored data cannot be interpreted: {0}")]
     Corrupt(String),
     #[error("database error: {0}")]
@@ -373,7 +377,7 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// (row lock on PostgreSQL, an immediate write transaction on SQLite): if a release with
     /// the same idempotency key exists → `Existing`; else if `spent + cost > total` →
     /// `Exhausted`; else store the release, add its cost to `spent`, increment `releases`,
-    /// commit → `Committed`. Any error leaves nothing written.
+    /// commit → `Committed`. Any error but `OutcomeUnknown` leaves nothing written.
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError>;
 
     /// The release stored under an idempotency key, with its fingerprint.

@@ -291,6 +291,13 @@ impl LedgerStore for PgStore {
         // is rare here and costs one failed statement (the unique violation below) plus a read,
         // while every keyed release saves a round trip.
         let (distribution, dimension, table_rows) = output_columns(&new.output)?;
+        // Acquired apart from the statement: a failure to get a connection charged nothing
+        // (503), while a connection lost once the statement is sent may have committed.
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| store_error(CONTEXT, e))?;
         let result = sqlx::query(COMMIT_RELEASE)
             .bind(new.dataset_id)
             .bind(new.cost.raw())
@@ -306,8 +313,9 @@ impl LedgerStore for PgStore {
             .bind(self.max_stored_cells)
             .bind(audit::link_prefix(new.dataset_id, new.id))
             .bind(codec::link_suffix(new))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *conn)
             .await;
+        drop(conn);
         match result {
             Ok(Some(row)) => committed(&row, new),
             Ok(None) => self.refused(new).await,
@@ -322,6 +330,9 @@ impl LedgerStore for PgStore {
                     None => Err(store_error(CONTEXT, e)),
                 }
             }
+            Err(sqlx::Error::Io(io)) => Err(StoreError::OutcomeUnknown(format!(
+                "{CONTEXT}: I/O error after the statement was sent: {io}"
+            ))),
             Err(e) => Err(store_error(CONTEXT, e)),
         }
     }
