@@ -25,7 +25,7 @@ use num_bigint::BigUint;
 use num_traits::{ToPrimitive, Zero};
 use rand::Rng;
 
-use super::calibrate::{newton, settle, CalibrationError, TARGET_SHORTFALL};
+use super::calibrate::{newton, settle, CalibrationError, RESIDUAL, TARGET_SHORTFALL};
 use super::curve;
 use super::sampler::CsRng;
 use super::types::{Epsilon, Order, Relation, Sensitivity};
@@ -524,6 +524,7 @@ pub fn laplace_scale(
                     f64::NEG_INFINITY
                 },
                 f64::INFINITY,
+                RESIDUAL,
             );
             t.exp()
         }
