@@ -367,9 +367,23 @@ try {
   assert.ok(overflowDataset <= 0, `the dataset page scrolls sideways by ${overflowDataset}px at 390px`);
   step('sign in as the admin again: a table and its per-row forecasts fit a narrow window');
   await page.getByRole('button', { name: 'Sign out' }).click();
+  // Signing in renders the datasets list; navigating on while that list is still loading must
+  // leave the newer view on screen (CI once saw the late list overwrite the dataset page). The
+  // list is held back for 1.5 s so that it always answers last.
+  const isList = (url) => new URL(url).pathname === '/v1/datasets';
+  let heldBack = 0;
+  await page.route(isList, async (r) => {
+    heldBack += 1;
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    await r.continue();
+  });
   await signIn(page, ADMIN);
   await page.goto(`${BASE}/console#/datasets/${tablesId}`);
   await page.locator('svg.heat-map[data-rows="3"]').waitFor();
+  await page.waitForTimeout(2500);
+  assert.ok(heldBack >= 1, 'the datasets list was requested and held back');
+  assert.ok(await page.locator('svg.heat-map[data-rows="3"]').isVisible(), 'the dataset page stays after the late list');
+  await page.unroute(isList);
   await page.getByLabel('Counts').fill('40 12 1 0 5 2\n55 20 1 0 8 4\n25 13 1 1 4 3');
   await page.getByLabel('ε (privacy cost to calibrate to)').fill('0.1');
   await page.getByRole('button', { name: 'Preview' }).click();

@@ -636,7 +636,19 @@ async function renderNewToken() {
 
 // ------------------------------------------------------------------ routing
 
-async function route(message) {
+// Views render one at a time, in order: a view awaits the API before it fills `main`, so two
+// renders running at once (sign-in's route of `#/`, then a hash change while its list is still
+// loading) could finish out of order and leave the older view on screen. Each render reads the
+// hash when its turn comes, so the last navigation always shows last.
+let routing = Promise.resolve();
+
+function route(message) {
+  const next = routing.then(() => renderRoute(message));
+  routing = next.catch(() => {});
+  return next;
+}
+
+async function renderRoute(message) {
   const me = session();
   renderFrame();
   if (!me) {
