@@ -960,6 +960,19 @@ fn fingerprint(
     Ok(mac.finalize().into_bytes().into())
 }
 
+/// The idempotency fingerprint of a release body, as `create` computes and stores it: pure, so
+/// that a golden test (tests/golden.rs) can pin the stored fingerprints of existing databases.
+pub fn body_fingerprint(
+    key: &[u8; 32],
+    dataset: Uuid,
+    caller: &str,
+    body: &[u8],
+    max_dimension: usize,
+) -> Result<[u8; 32], ApiError> {
+    let req: ReleaseRequest = parse_json_bounded(body, max_dimension)?;
+    fingerprint(key, dataset, caller, &req)
+}
+
 fn created(view: ReleaseView, replayed: bool) -> Response {
     let location = format!("/v1/datasets/{}/releases/{}", view.dataset_id, view.id);
     let mut response = (
