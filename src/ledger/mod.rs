@@ -1,8 +1,8 @@
 //! The privacy ledger: budget rules and the storage contract.
 //!
 //! Each dataset has a fixed-order RDP *filter*: one running sum at the budget order λ₀, and a
-//! release is admitted only if `spent + charge ≤ total` at that order (PRIVACY-MATH.md,
-//! "Composition and the ledger"). Admission, the charge and the stored release are one
+//! release is admitted only if `spent + charge ≤ total` at that order (docs/PRIVACY.md,
+//! "The ledger"). Admission, the charge and the stored release are one
 //! transaction inside [`LedgerStore::commit_release`]; nothing else in the service may decide
 //! admission.
 

@@ -1,6 +1,6 @@
 //! The privacy core: calibration, pricing on the Rényi-DP curve, conversions, sampling and
 //! utility forecasts. Pure functions: no I/O, no async, no global state. Formulas and theorem
-//! numbers are in `PRIVACY-MATH.md` (seed 000 = Ponnoprat, KL minimisation; seed 001 =
+//! numbers are in docs/PRIVACY.md (seed 000 = Ponnoprat, KL minimisation; seed 001 =
 //! Ponnoprat, Dirichlet posterior sampling).
 
 pub mod baseline;
