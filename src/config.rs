@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use secrecy::{ExposeSecret, SecretString};
 use serde::Deserialize;
 
 const DEFAULTS: &str = include_str!("../config/default.toml");
@@ -11,15 +12,16 @@ const DEFAULTS: &str = include_str!("../config/default.toml");
 /// The prefix of analyst tokens (`http::auth::ANALYST_PREFIX`; a test keeps them equal).
 const ANALYST_PREFIX: &str = "dra_";
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+/// `Debug` is safe to log: the two secrets print as `[REDACTED]`.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     pub listen: SocketAddr,
     pub database_url: String,
     #[serde(default)]
-    pub admin_token: Option<String>,
+    pub admin_token: Option<SecretString>,
     #[serde(default)]
-    pub fingerprint_key: Option<String>,
+    pub fingerprint_key: Option<SecretString>,
     pub max_dimension: usize,
     pub max_body_bytes: usize,
     pub max_header_bytes: usize,
@@ -192,6 +194,7 @@ impl Settings {
             return Err(invalid("write_timeout_ms must be at least 1"));
         }
         if let Some(token) = &self.admin_token {
+            let token = token.expose_secret();
             // Such a token could never sign in: the bearer value is trimmed, and one that
             // starts with the analyst prefix is looked up as an analyst token.
             if token.trim() != token || token.trim().is_empty() {
@@ -231,7 +234,7 @@ mod tests {
         let s = Settings::defaults();
         assert_eq!(s.listen.to_string(), "127.0.0.1:8080");
         assert!(s.database_url.starts_with("sqlite://"));
-        assert_eq!(s.admin_token, None);
+        assert!(s.admin_token.is_none());
     }
 
     #[test]
@@ -268,7 +271,10 @@ mod tests {
             (k == "DIRICHLET_ADMIN_TOKEN").then(|| "12345678901234567890".into())
         })
         .unwrap();
-        assert_eq!(s.admin_token.as_deref(), Some("12345678901234567890"));
+        assert_eq!(
+            s.admin_token.as_ref().map(|t| t.expose_secret()),
+            Some("12345678901234567890")
+        );
     }
 
     #[test]
@@ -283,6 +289,28 @@ mod tests {
             Settings::from_layers(&[], |k| (k == "DIRICHLET_ADMIN_TOKEN")
                 .then(|| "short".into()))
             .is_err()
+        );
+    }
+
+    #[test]
+    fn debug_never_prints_the_secrets() {
+        let token = "an-admin-token-that-must-not-leak";
+        let key = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+        let s = Settings::from_layers(&[], |k| match k {
+            "DIRICHLET_ADMIN_TOKEN" => Some(token.into()),
+            "DIRICHLET_FINGERPRINT_KEY" => Some(key.into()),
+            _ => None,
+        })
+        .expect("valid");
+        let printed = format!("{s:?} {s:#?}");
+        assert!(
+            !printed.contains(token) && !printed.contains(key),
+            "{printed}"
+        );
+        assert!(printed.contains("REDACTED"), "{printed}");
+        assert_eq!(
+            s.fingerprint_key.as_ref().map(|k| k.expose_secret()),
+            Some(key)
         );
     }
 

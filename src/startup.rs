@@ -17,6 +17,7 @@ use crate::http::metrics::Metrics;
 use crate::http::{router, AppState};
 use crate::ledger::{LedgerStore, StoreError};
 use crate::store::{self, StoreOptions};
+use secrecy::ExposeSecret;
 
 const ADMIN_SECRET: &str = "admin_token_sha256";
 const FINGERPRINT_SECRET: &str = "fingerprint_key";
@@ -157,7 +158,7 @@ async fn admin_digest(
     store: &dyn LedgerStore,
 ) -> Result<([u8; 32], Option<String>), StartupError> {
     if let Some(token) = &settings.admin_token {
-        return Ok((sha256(token.as_bytes()), None));
+        return Ok((sha256(token.expose_secret().as_bytes()), None));
     }
     if let Some(stored) = store.get_secret(ADMIN_SECRET).await? {
         return Ok((to_key(&stored)?, None));
@@ -176,8 +177,8 @@ async fn fingerprint_key(
     store: &dyn LedgerStore,
 ) -> Result<[u8; 32], StartupError> {
     if let Some(hex_key) = &settings.fingerprint_key {
-        let bytes =
-            hex::decode(hex_key.trim()).map_err(|e| StartupError::FingerprintKey(e.to_string()))?;
+        let bytes = hex::decode(hex_key.expose_secret().trim())
+            .map_err(|e| StartupError::FingerprintKey(e.to_string()))?;
         return bytes.try_into().map_err(|_| {
             StartupError::FingerprintKey("it must be 32 bytes (64 hex digits)".into())
         });

@@ -378,7 +378,7 @@ impl Service {
                 settings.listen = "127.0.0.1:0".parse()?;
                 settings.database_url =
                     format!("sqlite://{}", dir.path().join("ledger.db").display());
-                settings.admin_token = Some(token.clone());
+                settings.admin_token = Some(token.as_str().into());
                 let app = Application::build(settings).await?;
                 let base = format!("http://{}", app.local_addr());
                 let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

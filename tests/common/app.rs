@@ -48,7 +48,7 @@ pub fn test_settings(database_url: &str) -> Settings {
     let mut settings = Settings::defaults();
     settings.listen = "127.0.0.1:0".parse().unwrap();
     settings.database_url = database_url.to_string();
-    settings.admin_token = Some(ADMIN_TOKEN.to_string());
+    settings.admin_token = Some(ADMIN_TOKEN.into());
     settings.db_acquire_timeout_ms = 2000;
     settings
 }
