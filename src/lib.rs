@@ -4,6 +4,7 @@
 //! - [`ledger`]: budget rules and the storage trait with coarse, transactional operations.
 //! - [`store`]: the SQL of each backend (PostgreSQL, SQLite).
 //! - [`http`]: routes, extractors and the one API error type.
+//! - [`wire`]: serde helpers of the JSON wire format (bounded number sequences, non-null options).
 //! - [`config`], [`telemetry`], [`startup`]: wiring.
 
 pub mod config;
@@ -15,3 +16,4 @@ pub mod startup;
 pub mod store;
 pub mod table;
 pub mod telemetry;
+pub mod wire;

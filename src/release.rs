@@ -6,6 +6,7 @@
 //! (`privacy::curve::dirichlet_price`). A release calibrated at λ₀ to ε is charged the largest
 //! ledger-grid value ≤ ε; every other one its price inflated and rounded *up* to the grid.
 
+pub mod request;
 pub mod seeds;
 
 use serde::Serialize;

@@ -1,7 +1,7 @@
 //! openapi.yaml and the server agree, in both directions, on SQLite and on PostgreSQL.
 //!
 //! * Routes (`routes_match_the_description`): the server's route table (every `.route(...)` in
-//!   `src/http/*.rs`, since axum cannot list its routes) is exactly the description's operations;
+//!   `src/http/*.rs` and `src/http/*/*.rs`, since axum cannot list its routes) is exactly the description's operations;
 //!   and, as a black box, every described operation is served (never the 404 `no such route` or
 //!   405 of the fallbacks), every other method on a described path is 405 `method-not-allowed`
 //!   whose `Allow` header lists exactly the described methods (HEAD comes with GET), and paths
@@ -738,13 +738,19 @@ fn calls(code: &str, name: &str, methods_too: bool) -> usize {
         .count()
 }
 
-/// The server's routes, read from every `.route("PATH", METHOD_ROUTER)` in `src/http/*.rs`.
+/// The server's routes, read from every `.route("PATH", METHOD_ROUTER)` in `src/http/*.rs` and
+/// its submodules.
 fn server_routes() -> BTreeSet<(String, String)> {
     let mut routes = BTreeSet::new();
+    // src/http/*.rs and one level of submodules (src/http/releases/*.rs).
     let mut files: Vec<_> = std::fs::read_dir(HTTP_SOURCES)
         .expect("src/http")
         .map(|e| e.unwrap().path())
         .collect();
+    let subdirs: Vec<_> = files.iter().filter(|p| p.is_dir()).cloned().collect();
+    for dir in subdirs {
+        files.extend(std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()));
+    }
     files.sort();
     for file in files
         .iter()

@@ -1,5 +1,6 @@
-//! Request parsing and validation on arbitrary bytes: the release body (parsed, validated,
-//! or table, calibrated and priced by `plan_release`, then drawn) and the dataset registration body.
+//! Request parsing and validation on arbitrary bytes: the release body (read as the wire
+//! `RequestBody`, parsed into the typed `Request`, calibrated and priced by `Request::plan`, then
+//! drawn) and the dataset registration body.
 //! Never a panic; every refusal renders as a problem document; every admitted plan charges at
 //! least its price and draws a finite probability vector.
 //!
@@ -9,10 +10,13 @@
 #![no_main]
 
 use dirichlet_release::http::datasets::parse_registration;
-use dirichlet_release::http::error::problem_response;
-use dirichlet_release::http::releases::{plan_release, Planned};
+use dirichlet_release::http::error::{problem_response, ApiError};
+use dirichlet_release::http::extract::parse_json_bounded;
 use dirichlet_release::ledger::{Dataset, Output, Units};
 use dirichlet_release::privacy::{Order, Sensitivity};
+use dirichlet_release::release::request::{
+    Context, Request, RequestBody, DEFAULT_MAX_EXPONENTIAL_N,
+};
 use libfuzzer_sys::fuzz_target;
 
 const ORDERS: [f64; 8] = [1.01, 1.5, 2.0, 3.0, 5.0, 8.0, 32.0, 256.0];
@@ -52,36 +56,51 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let dataset = dataset(selector);
-    match plan_release(body, &dataset, MAX_DIMENSION) {
-        Err(e) => {
-            let response = problem_response(&e);
-            assert!(response.status().is_client_error(), "{e:?}");
-        }
-        Ok(Planned { input, plan, .. }) => {
-            assert!(plan.price.is_finite() && plan.price >= 0.0, "{plan:?}");
-            assert!(
-                plan.charge.to_f64() >= plan.price,
-                "charged below the price: {plan:?}"
-            );
-            serde_json::to_string(&plan.record).expect("the mechanism record serialises");
-            // The draw the service makes (from an OS-seeded generator): an admitted plan has
-            // passed the shape check, so it must succeed, for a vector and every row of a table.
-            let (output, _drawn) = input
-                .draw(&plan.draw)
-                .unwrap_or_else(|e| panic!("an admitted plan failed to draw ({e}): {plan:?}"));
-            assert_eq!(output.values().len(), input.total_cells());
-            let rows: Vec<&[f64]> = match &output {
-                Output::Vector(y) => vec![y],
-                Output::Table(t) => t.iter_rows().collect(),
-            };
-            for y in rows {
-                assert!(
-                    y.iter().all(|v| v.is_finite() && (0.0..=1.0).contains(v)),
-                    "not a probability vector: {plan:?}"
-                );
-                let sum: f64 = y.iter().sum();
-                assert!((sum - 1.0).abs() < 1e-9, "sums to {sum}: {plan:?}");
-            }
-        }
+    let refused = |e: ApiError| {
+        let response = problem_response(&e);
+        assert!(response.status().is_client_error(), "{e:?}");
+    };
+    let body: RequestBody = match parse_json_bounded(body, MAX_DIMENSION) {
+        Ok(body) => body,
+        Err(e) => return refused(e),
+    };
+    let ctx = Context {
+        ledger_order: dataset.order,
+        sensitivity: dataset.sensitivity,
+        max_dimension: MAX_DIMENSION,
+        max_exponential_n: DEFAULT_MAX_EXPONENTIAL_N,
+    };
+    let request = match Request::parse(&body, &ctx) {
+        Ok(request) => request,
+        Err(e) => return refused(e.into()),
+    };
+    // A plan error (infeasible, beyond precision, …) is a refusal too; the handlers render it.
+    let Ok(plan) = request.plan(dataset.order, &dataset.sensitivity) else {
+        return;
+    };
+    let input = request.input;
+    assert!(plan.price.is_finite() && plan.price >= 0.0, "{plan:?}");
+    assert!(
+        plan.charge.to_f64() >= plan.price,
+        "charged below the price: {plan:?}"
+    );
+    serde_json::to_string(&plan.record).expect("the mechanism record serialises");
+    // The draw the service makes (from an OS-seeded generator): an admitted plan has
+    // passed the shape check, so it must succeed, for a vector and every row of a table.
+    let (output, _drawn) = input
+        .draw(&plan.draw)
+        .unwrap_or_else(|e| panic!("an admitted plan failed to draw ({e}): {plan:?}"));
+    assert_eq!(output.values().len(), input.total_cells());
+    let rows: Vec<&[f64]> = match &output {
+        Output::Vector(y) => vec![y],
+        Output::Table(t) => t.iter_rows().collect(),
+    };
+    for y in rows {
+        assert!(
+            y.iter().all(|v| v.is_finite() && (0.0..=1.0).contains(v)),
+            "not a probability vector: {plan:?}"
+        );
+        let sum: f64 = y.iter().sum();
+        assert!((sum - 1.0).abs() < 1e-9, "sums to {sum}: {plan:?}");
     }
 });

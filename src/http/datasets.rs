@@ -31,9 +31,9 @@ pub fn router() -> Router<AppState> {
 pub struct CreateDataset {
     name: String,
     budget: BudgetRequest,
-    #[serde(default, deserialize_with = "super::nonnull::value")]
+    #[serde(default, deserialize_with = "crate::wire::non_null")]
     sensitivity: Option<SensitivityRequest>,
-    #[serde(default, deserialize_with = "super::nonnull::value")]
+    #[serde(default, deserialize_with = "crate::wire::non_null")]
     neighbouring: Option<Neighbouring>,
 }
 
@@ -42,9 +42,9 @@ pub struct CreateDataset {
 #[serde(deny_unknown_fields)]
 pub struct BudgetRequest {
     epsilon: f64,
-    #[serde(default, deserialize_with = "super::nonnull::value")]
+    #[serde(default, deserialize_with = "crate::wire::non_null")]
     order: Option<f64>,
-    #[serde(default, deserialize_with = "super::nonnull::value")]
+    #[serde(default, deserialize_with = "crate::wire::non_null")]
     delta: Option<f64>,
 }
 

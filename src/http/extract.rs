@@ -6,8 +6,11 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
-use serde::de::{DeserializeOwned, Deserializer, SeqAccess, Visitor};
-use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::wire::CellLimit;
+#[cfg(test)]
+use crate::wire::{cells, rows, ScalarOrCells};
 
 use super::auth::Caller;
 use super::error::ApiError;
@@ -15,7 +18,7 @@ use super::AppState;
 
 /// JSON body. The body must be a JSON object; a data error never echoes what was sent (it could
 /// be a count): the detail names the JSON path and a generic description of what is wrong.
-/// Sequences of numbers are bounded while they are parsed ([`cells`]), at the dataset dimension
+/// Sequences of numbers are bounded while they are parsed ([`crate::wire::cells`]), at the dataset dimension
 /// limit, so a body cannot make the parser allocate more than that per sequence.
 pub struct ApiJson<T>(pub T);
 
@@ -58,7 +61,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     parse_json_bounded(bytes, usize::MAX)
 }
 
-/// [`parse_json`] with every [`cells`] sequence limited to `max_cells` numbers while it is
+/// [`parse_json`] with every [`crate::wire::cells`] sequence limited to `max_cells` numbers while it is
 /// parsed, and all of them together to twice that.
 pub fn parse_json_bounded<T: DeserializeOwned>(
     bytes: &[u8],
@@ -192,139 +195,6 @@ fn describe(message: &str) -> String {
         return format!("is invalid ({message})");
     }
     "is invalid".into()
-}
-
-thread_local! {
-    /// (per-sequence limit, numbers left for the whole document) of the parse running on this
-    /// thread; `None` outside [`parse_json_bounded`]. Parsing is synchronous, so the parse that
-    /// set it is the only reader.
-    static CELLS: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
-}
-
-struct CellLimit(Option<(usize, usize)>);
-
-impl CellLimit {
-    fn set(max_cells: usize) -> CellLimit {
-        CellLimit(CELLS.replace(Some((max_cells, max_cells.saturating_mul(2)))))
-    }
-}
-
-impl Drop for CellLimit {
-    fn drop(&mut self) {
-        CELLS.set(self.0);
-    }
-}
-
-/// One more number for the current sequence, which holds `len` already.
-fn take_cell<E: serde::de::Error>(len: usize) -> Result<(), E> {
-    let Some((per_sequence, left)) = CELLS.get() else {
-        return Ok(());
-    };
-    if len >= per_sequence {
-        return Err(E::custom(format!(
-            "expected at most {per_sequence} numbers"
-        )));
-    }
-    if left == 0 {
-        return Err(E::custom(format!(
-            "expected at most {} numbers in the whole body",
-            per_sequence.saturating_mul(2)
-        )));
-    }
-    CELLS.set(Some((per_sequence, left - 1)));
-    Ok(())
-}
-
-/// `#[serde(deserialize_with = "cells")]`: an array of numbers, refused as soon as it grows past
-/// the dimension limit of the parse (see [`parse_json_bounded`]) instead of after it was read
-/// whole. Reusable for any list of cells (counts, per-cell alpha, a table row).
-pub fn cells<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<f64>, D::Error> {
-    deserializer.deserialize_seq(CellsVisitor)
-}
-
-/// `#[serde(deserialize_with = "rows")]`: an array of [`cells`] arrays (a table), bounded the
-/// same way while it is read: every row counts as one more entry of the body's budget (so
-/// millions of empty rows cannot amplify memory either), no more rows than the dimension limit,
-/// and every number of every row against the per-list and whole-body limits.
-pub fn rows<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Vec<f64>>, D::Error> {
-    struct Row(Vec<f64>);
-    impl<'de> Deserialize<'de> for Row {
-        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Row, D::Error> {
-            cells(deserializer).map(Row)
-        }
-    }
-    struct RowsVisitor;
-    impl<'de> Visitor<'de> for RowsVisitor {
-        type Value = Vec<Vec<f64>>;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("an array of arrays of numbers")
-        }
-
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Vec<f64>>, A::Error> {
-            let mut out = Vec::new();
-            loop {
-                take_cell::<A::Error>(out.len())?;
-                match seq.next_element::<Row>()? {
-                    Some(Row(row)) => out.push(row),
-                    None => return Ok(out),
-                }
-            }
-        }
-    }
-    deserializer.deserialize_seq(RowsVisitor)
-}
-
-struct CellsVisitor;
-
-impl<'de> Visitor<'de> for CellsVisitor {
-    type Value = Vec<f64>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an array of numbers")
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<f64>, A::Error> {
-        let mut out = Vec::new();
-        while let Some(x) = seq.next_element::<f64>()? {
-            take_cell::<A::Error>(out.len())?;
-            out.push(x);
-        }
-        Ok(out)
-    }
-}
-
-/// A number, or an array of numbers bounded like [`cells`] (serde's `untagged` would buffer the
-/// whole array as generic values first, ~5× its size, before any limit applies).
-#[derive(Clone, Debug, PartialEq)]
-pub enum ScalarOrCells {
-    Scalar(f64),
-    Cells(Vec<f64>),
-}
-
-impl<'de> Deserialize<'de> for ScalarOrCells {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = ScalarOrCells;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a number or an array of numbers")
-            }
-            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<ScalarOrCells, E> {
-                Ok(ScalarOrCells::Scalar(v))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ScalarOrCells, E> {
-                Ok(ScalarOrCells::Scalar(v as f64))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ScalarOrCells, E> {
-                Ok(ScalarOrCells::Scalar(v as f64))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ScalarOrCells, A::Error> {
-                CellsVisitor.visit_seq(seq).map(ScalarOrCells::Cells)
-            }
-        }
-        deserializer.deserialize_any(V)
-    }
 }
 
 fn bytes_rejection(rejection: BytesRejection) -> ApiError {
@@ -547,7 +417,7 @@ mod tests {
     fn cell_sequences_are_bounded_while_parsing() {
         #[derive(serde::Deserialize)]
         struct Cells {
-            #[serde(deserialize_with = "super::cells")]
+            #[serde(deserialize_with = "cells")]
             a: Vec<f64>,
             #[serde(default)]
             b: Option<ScalarOrCells>,

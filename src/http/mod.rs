@@ -10,7 +10,6 @@ pub mod error;
 pub mod extract;
 pub mod limits;
 pub mod metrics;
-mod nonnull;
 pub mod ops;
 pub mod releases;
 pub mod tokens;

@@ -1,0 +1,92 @@
+//! Retries: the `Idempotency-Key` header, the request fingerprint it is bound to, and the
+//! replay of a stored release (never a fresh sample: that would leak more than was paid for).
+
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use subtle::ConstantTimeEq;
+use uuid::Uuid;
+
+use super::super::error::ApiError;
+use super::super::extract::parse_json_bounded;
+use super::super::views::ReleaseView;
+use super::super::AppState;
+use crate::ledger::Dataset;
+use crate::release::request::RequestBody;
+
+/// `Idempotency-Key`: 1 to 255 visible ASCII characters, at most once.
+pub(super) fn key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::invalid_field(
+            "Idempotency-Key",
+            "Idempotency-Key must be sent at most once",
+        ));
+    }
+    let key = value
+        .to_str()
+        .ok()
+        .filter(|k| !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()));
+    key.map(|k| Some(k.to_string())).ok_or_else(|| {
+        ApiError::invalid_field(
+            "Idempotency-Key",
+            "Idempotency-Key must be 1 to 255 visible ASCII characters",
+        )
+    })
+}
+
+/// The idempotency fingerprint of a release body, as `create` computes and stores it: pure, so
+/// that a golden test (tests/golden.rs) can pin the stored fingerprints of existing databases.
+pub fn body_fingerprint(
+    key: &[u8; 32],
+    dataset: Uuid,
+    caller: &str,
+    body: &[u8],
+    max_dimension: usize,
+) -> Result<[u8; 32], ApiError> {
+    let body: RequestBody = parse_json_bounded(body, max_dimension)?;
+    Ok(body.fingerprint(key, dataset, caller))
+}
+
+pub(super) fn created(view: ReleaseView, replayed: bool) -> Response {
+    let location = format!("/v1/datasets/{}/releases/{}", view.dataset_id, view.id);
+    let mut response = (
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(view),
+    )
+        .into_response();
+    if replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// The answer to a retry: the stored release, unchanged, charging nothing — or a refusal when
+/// the key was used for a different request. Never a fresh sample.
+pub(super) async fn replay(
+    state: &AppState,
+    dataset: &Dataset,
+    release: crate::ledger::Release,
+    stored: [u8; 32],
+    presented: [u8; 32],
+) -> Result<Response, ApiError> {
+    if !bool::from(stored.ct_eq(&presented)) {
+        return Err(ApiError::IdempotencyKeyReused);
+    }
+    let current = state
+        .store
+        .get_dataset(dataset.id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("dataset"))?;
+    state.metrics.replays.inc();
+    Ok(created(
+        ReleaseView::new(release, dataset.order.get(), Some(&current.budget())),
+        true,
+    ))
+}

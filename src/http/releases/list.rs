@@ -1,0 +1,143 @@
+//! The release history: a dataset's releases page by page (newest first), and one release.
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use super::super::auth::Caller;
+use super::super::error::ApiError;
+use super::super::extract::{ApiPath, ApiQuery};
+use super::super::views::{ReleaseSummaryView, ReleaseView};
+use super::super::AppState;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    #[serde(default, deserialize_with = "crate::wire::non_null")]
+    limit: Option<u32>,
+    #[serde(default, deserialize_with = "crate::wire::non_null")]
+    before: Option<i64>,
+    #[serde(default, deserialize_with = "crate::wire::non_null")]
+    fields: Option<Fields>,
+}
+
+/// `fields=summary` lists releases without their outputs and mechanism records: a client that
+/// wants only who spent what when (the console's spend chart) need not fetch every output.
+#[derive(Deserialize, Clone, Copy, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Fields {
+    Summary,
+}
+
+const DEFAULT_PAGE: u32 = 100;
+
+/// An upper bound on the JSON of one release of `cells` cells: 25 bytes per number (the longest
+/// f64 in shortest form, `-2.2250738585072014e-308`, and a comma) and 2 KiB for the rest.
+fn listed_bytes(cells: i64) -> usize {
+    usize::try_from(cells)
+        .unwrap_or(usize::MAX)
+        .saturating_mul(25)
+        .saturating_add(2048)
+}
+
+/// How many of the releases of `sizes` (newest first) fit in `max_bytes`; at least one when there
+/// is one, so that any release can be listed.
+fn page_fits(sizes: &[(i64, i64)], max_bytes: usize) -> usize {
+    let mut total = 0usize;
+    for (n, (_, cells)) in sizes.iter().enumerate() {
+        total = total.saturating_add(listed_bytes(*cells));
+        if total > max_bytes {
+            return n.max(1);
+        }
+    }
+    sizes.len()
+}
+
+pub(super) async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require_dataset(id)?;
+    let limit = query.limit.unwrap_or(DEFAULT_PAGE);
+    if limit == 0 || limit > state.settings.max_page_size {
+        return Err(ApiError::invalid_field(
+            "limit",
+            format!(
+                "limit must be between 1 and {}",
+                state.settings.max_page_size
+            ),
+        ));
+    }
+    if query.before.is_some_and(|b| b < 1) {
+        return Err(ApiError::invalid_field(
+            "before",
+            "before must be at least 1",
+        ));
+    }
+    let dataset = state
+        .store
+        .get_dataset(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("dataset"))?;
+    if query.fields == Some(Fields::Summary) {
+        // A summary's JSON is bounded whatever the release's size (a label is at most 200
+        // characters, 800 bytes), so the page bound is a count: 4096 at the default 8 MiB.
+        let fits = (state.settings.max_page_bytes / listed_bytes(0)).clamp(1, limit as usize);
+        let summaries = state
+            .store
+            .list_release_summaries(id, query.before, fits as u32)
+            .await?;
+        let next_before = match summaries.last() {
+            Some(last) if summaries.len() == fits && last.seq > 1 => Some(last.seq),
+            _ => None,
+        };
+        let items: Vec<ReleaseSummaryView> = summaries
+            .into_iter()
+            .map(|r| ReleaseSummaryView::new(r, dataset.order.get()))
+            .collect();
+        return Ok(Json(json!({ "items": items, "next_before": next_before })));
+    }
+    // Sizes first: the page stops before the release that would take it past max_page_bytes
+    // (one release always fits), so neither the outputs read nor the answer exceed that bound.
+    let sizes = state.store.release_sizes(id, query.before, limit).await?;
+    let fits = page_fits(&sizes, state.settings.max_page_bytes);
+    // Pinned below the newest release measured, so one committed meanwhile cannot slip in.
+    let before = query.before.or(sizes.first().map(|(seq, _)| seq + 1));
+    let releases = state
+        .store
+        .list_releases(id, before, fits.max(1) as u32)
+        .await?;
+    let releases = if sizes.is_empty() {
+        Vec::new()
+    } else {
+        releases
+    };
+    let next_before = match releases.last() {
+        Some(last) if fits < sizes.len() => Some(last.seq),
+        Some(last) if releases.len() == limit as usize && last.seq > 1 => Some(last.seq),
+        _ => None,
+    };
+    let items: Vec<ReleaseView> = releases
+        .into_iter()
+        .map(|r| ReleaseView::new(r, dataset.order.get(), None))
+        .collect();
+    Ok(Json(json!({ "items": items, "next_before": next_before })))
+}
+
+pub(super) async fn show(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath((id, release_id)): ApiPath<(Uuid, Uuid)>,
+) -> Result<Json<ReleaseView>, ApiError> {
+    let dataset = state.dataset_for(&caller, id).await?;
+    let release = state
+        .store
+        .get_release(id, release_id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("release"))?;
+    Ok(Json(ReleaseView::new(release, dataset.order.get(), None)))
+}

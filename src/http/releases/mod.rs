@@ -1,0 +1,366 @@
+//! `/v1/datasets/{id}/releases`: preview and release here; retries in [`idempotency`], the
+//! history in [`list`].
+//!
+//! Order of a release: authorise → parse ([`RequestBody`] → [`Request`], `crate::release::request`)
+//! → calibrate and price at the ledger order → idempotency check → budget pre-check (saves
+//! drawing a sample that would be refused) → draw → `commit_release` (check, charge and record
+//! in one transaction) → respond. The output leaves the service only after the commit returned
+//! `Committed`.
+
+mod idempotency;
+mod list;
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Serialize;
+use serde_json::Value;
+use uuid::Uuid;
+
+pub use idempotency::body_fingerprint;
+
+use super::auth::Caller;
+use super::error::ApiError;
+use super::extract::{parse_json_bounded, ApiJson, ApiPath};
+use super::limits::CommitGate;
+use super::views::{budget_json, BudgetView, CostView, ReleaseView};
+use super::AppState;
+use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, NewRelease};
+use crate::privacy::utility::Forecast;
+use crate::release::request::{Context, Input, Request, RequestBody, RequestError};
+use crate::release::{self, Plan, PlanError, VectorForecast};
+use crate::table;
+
+/// Draws with fewer cells than this run inline; larger ones move to the blocking pool.
+const INLINE_DRAW_CELLS: usize = 4096;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/datasets/{id}/releases", get(list::list).post(create))
+        .route("/v1/datasets/{id}/releases/preview", post(preview))
+        .route("/v1/datasets/{id}/releases/{release_id}", get(list::show))
+}
+
+impl From<RequestError> for ApiError {
+    fn from(e: RequestError) -> Self {
+        ApiError::invalid_field(e.field, e.message)
+    }
+}
+
+fn plan_error(e: PlanError, dataset: &Dataset) -> ApiError {
+    match e {
+        PlanError::Infeasible(err) => ApiError::CalibrationInfeasible(err.to_string()),
+        PlanError::NoGuarantee { .. } => ApiError::NoGuarantee(e.to_string()),
+        PlanError::CostExceedsCap { .. } => ApiError::CostExceedsEpsilon(e.to_string()),
+        PlanError::TooExpensive { .. } => exhausted(&dataset.budget(), e.to_string()),
+        PlanError::Parameter(message) => ApiError::invalid(message),
+        PlanError::BeyondPrecision(message) => ApiError::BeyondPrecision(message),
+    }
+}
+
+fn exhausted(budget: &BudgetState, detail: String) -> ApiError {
+    ApiError::BudgetExhausted {
+        detail,
+        budget: budget_json(budget),
+    }
+}
+
+/// A release request validated and priced: what to draw from, the plan, the label.
+pub struct Planned {
+    pub input: Input,
+    pub plan: Plan,
+    pub label: Option<crate::ledger::Label>,
+}
+
+/// Parse `body` against `dataset` and plan it: the request and its priced plan.
+fn parse_and_plan(
+    body: &RequestBody,
+    dataset: &Dataset,
+    max_dimension: usize,
+    max_exponential_n: u64,
+) -> Result<(Request, Plan), ApiError> {
+    let ctx = Context {
+        ledger_order: dataset.order,
+        sensitivity: dataset.sensitivity,
+        max_dimension,
+        max_exponential_n,
+    };
+    let request = Request::parse(body, &ctx)?;
+    let plan = request
+        .plan(dataset.order, &dataset.sensitivity)
+        .map_err(|e| plan_error(e, dataset))?;
+    Ok((request, plan))
+}
+
+async fn load_and_plan(
+    state: &AppState,
+    caller: &Caller,
+    id: Uuid,
+    body: &RequestBody,
+    cached: bool,
+) -> Result<(Arc<Dataset>, Request, Plan), ApiError> {
+    caller.require_dataset(id)?;
+    // With `cached`, the ledger figures may be behind (see `super::cache`); the parameters
+    // that planning uses are exact.
+    let dataset = match cached.then(|| state.caches.dataset(id)).flatten() {
+        Some(dataset) => dataset,
+        None => state.caches.put_dataset(
+            state
+                .store
+                .get_dataset(id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("dataset"))?,
+        ),
+    };
+    let (request, plan) = parse_and_plan(
+        body,
+        &dataset,
+        state.settings.max_dimension,
+        state.settings.max_exponential_n,
+    )?;
+    Ok((dataset, request, plan))
+}
+
+/// A release request body, validated and priced against a dataset's ledger: the counts (or
+/// table) and the plan that would be drawn and charged. Pure (no store, no randomness) and
+/// total: any bytes give a plan or an [`ApiError`], never a panic (`fuzz/fuzz_targets/requests.rs`
+/// holds it to that). The handlers run the same steps on the body their extractor parsed.
+pub fn plan_release(
+    body: &[u8],
+    dataset: &Dataset,
+    max_dimension: usize,
+) -> Result<Planned, ApiError> {
+    let body: RequestBody = parse_json_bounded(body, max_dimension)?;
+    let (request, plan) = parse_and_plan(
+        &body,
+        dataset,
+        max_dimension,
+        release::request::DEFAULT_MAX_EXPONENTIAL_N,
+    )?;
+    Ok(Planned {
+        input: request.input,
+        plan,
+        label: request.label,
+    })
+}
+
+#[derive(Serialize)]
+struct PreviewView {
+    mechanism: Value,
+    cost: CostView,
+    admissible: bool,
+    budget_after: BudgetView,
+    /// Vectors: the forecast (null for baselines). Absent for tables.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forecast: Option<Option<VectorForecast>>,
+    /// Tables: one forecast per row, rows in order. Absent for vectors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forecasts: Option<Vec<Option<Forecast>>>,
+    /// With `lower_bound`: the same request without it (the bound's gain).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    without_bound: Option<Value>,
+    /// With `lower_bound` on a vector: seed 003's own (ε, δ) next to the RDP route's. Tables
+    /// have none: Theorem 1 is stated for one vector whose total N stays fixed, and under
+    /// replace_one a record moving between rows changes two rows' totals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gohari: Option<Value>,
+}
+
+async fn preview(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(body): ApiJson<RequestBody>,
+) -> Result<Json<Value>, ApiError> {
+    let (dataset, request, plan) = load_and_plan(&state, &caller, id, &body, false).await?;
+    let budget = dataset.budget();
+    let admissible = budget.admits(plan.charge);
+    let mut after = budget;
+    if admissible {
+        after.spent = budget
+            .spent
+            .checked_add(plan.charge)
+            .unwrap_or(budget.total);
+        after.releases += 1;
+    }
+    let (forecast, forecasts) = match &request.input {
+        Input::Vector(counts) => (Some(release::vector_forecast(&plan.draw, counts)), None),
+        Input::Table(t) => (None, Some(table::forecasts(&plan.draw, t))),
+    };
+    let without_bound = request.without_bound(dataset.order, &dataset.sensitivity);
+    // Seed 003's own (ε, δ) is stated for one vector (see `PreviewView::gohari`).
+    let gohari = match &request.input {
+        Input::Vector(counts) => release::seeds::gohari_view(
+            &plan.draw,
+            counts,
+            &dataset.sensitivity,
+            dataset.dp_target.map(|t| t.delta),
+        ),
+        Input::Table(_) => None,
+    };
+    let view = PreviewView {
+        forecast,
+        forecasts,
+        without_bound,
+        gohari,
+        mechanism: plan.record,
+        cost: CostView {
+            order: dataset.order.get(),
+            epsilon: plan.charge.to_f64(),
+        },
+        admissible,
+        budget_after: BudgetView::from(&after),
+    };
+    Ok(Json(
+        serde_json::to_value(view).map_err(|e| ApiError::Internal(e.to_string()))?,
+    ))
+}
+
+async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    gate: CommitGate,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<RequestBody>,
+) -> Result<Response, ApiError> {
+    let key = idempotency::key(&headers)?;
+    let (dataset, Request { input, label, .. }, plan) =
+        match load_and_plan(&state, &caller, id, &body, true).await {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                state.metrics.refusal(&e);
+                return Err(e);
+            }
+        };
+    let idempotency = match key {
+        Some(key) => {
+            let fp = body.fingerprint(&state.fingerprint_key, id, &caller.name());
+            if let Some((existing, stored)) = state.store.find_by_idempotency_key(id, &key).await? {
+                return idempotency::replay(&state, &dataset, existing, stored, fp).await;
+            }
+            Some(Idempotency {
+                key,
+                fingerprint: fp,
+            })
+        }
+        None => None,
+    };
+    drop(body);
+    if !dataset.budget().admits(plan.charge) {
+        // The cached figures only lag behind, so this refusal stands; report current ones.
+        let current = state
+            .store
+            .get_dataset(id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("dataset"))?;
+        let budget = current.budget();
+        state.caches.put_dataset(current);
+        let e = exhausted(&budget, refusal_detail(&plan, &budget));
+        state.metrics.refusal(&e);
+        return Err(e);
+    }
+
+    // Draw and commit in a task of their own: if the client goes away or the request times
+    // out, the commit still completes or rolls back as a whole (and a retry with the same
+    // Idempotency-Key gets the stored release); it is never cut between "charged" and "stored".
+    let task_state = state.clone();
+    let created_by = caller.name();
+    let kind = plan
+        .record
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown")
+        .to_string();
+    let outcome = state
+        .tasks
+        .spawn(async move {
+            let Plan {
+                draw,
+                charge,
+                mut record,
+                ..
+            } = plan;
+            let (output, drawn) = if input.total_cells() < INLINE_DRAW_CELLS {
+                input.draw(&draw)
+            } else {
+                tokio::task::spawn_blocking(move || input.draw(&draw))
+                    .await
+                    .map_err(|e| ApiError::Internal(format!("sampler task failed: {e}")))?
+            }
+            .map_err(|e| ApiError::Internal(format!("sampling refused: {e}")))?;
+            if let (Some(Value::Object(drawn)), Value::Object(record)) = (drawn, &mut record) {
+                record.extend(drawn);
+            }
+            // The request timeout answered while this was drawing: the client was told 503
+            // (not charged), so nothing may be charged.
+            if !gate.begin_commit() {
+                return Err(ApiError::Timeout);
+            }
+            let new = NewRelease {
+                id: Uuid::now_v7(),
+                dataset_id: id,
+                created_by,
+                mechanism: record,
+                cost: charge,
+                output,
+                label,
+                idempotency,
+            };
+            let fp = new.idempotency.as_ref().map(|i| i.fingerprint);
+            Ok::<_, ApiError>((task_state.store.commit_release(&new).await?, fp))
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("release task failed: {e}")))?;
+    let (outcome, fp) = outcome?;
+    match outcome {
+        CommitOutcome::Committed { release, budget } => {
+            state.caches.observe_budget(id, &budget);
+            tracing::info!(dataset = %id, release = %release.id, seq = release.seq, cost = release.cost.to_f64(), "release committed");
+            state.metrics.release(&kind);
+            if let Some(rows) = release.output.rows() {
+                state.metrics.table_release(&kind, rows);
+            }
+            Ok(idempotency::created(
+                ReleaseView::new(release, dataset.order.get(), Some(&budget)),
+                false,
+            ))
+        }
+        CommitOutcome::Exhausted { budget } => {
+            state.caches.observe_budget(id, &budget);
+            let e = exhausted(
+                &budget,
+                "the release would exceed the dataset's remaining budget".into(),
+            );
+            state.metrics.refusal(&e);
+            Err(e)
+        }
+        CommitOutcome::Existing {
+            release,
+            fingerprint,
+        } => {
+            let presented =
+                fp.ok_or_else(|| ApiError::Internal("an idempotent outcome without a key".into()))?;
+            idempotency::replay(&state, &dataset, release, fingerprint, presented).await
+        }
+        CommitOutcome::DatasetNotFound => Err(ApiError::not_found("dataset")),
+        CommitOutcome::OutputQuotaExceeded { quota } => {
+            let e = ApiError::OutputQuotaExceeded { quota };
+            state.metrics.refusal(&e);
+            Err(e)
+        }
+    }
+}
+
+fn refusal_detail(plan: &Plan, budget: &BudgetState) -> String {
+    format!(
+        "the release costs {} at order {} but only {} of the budget remains",
+        plan.charge.to_f64(),
+        budget.order.get(),
+        budget.remaining().to_f64()
+    )
+}
