@@ -9,17 +9,19 @@
 
 #![no_main]
 
+use dirichlet_release::config::Settings;
 use dirichlet_release::http::datasets::parse_registration;
 use dirichlet_release::http::error::{problem_response, ApiError};
 use dirichlet_release::http::extract::parse_json_bounded;
 use dirichlet_release::ledger::{Dataset, Output, Units};
 use dirichlet_release::privacy::{Order, Sensitivity};
-use dirichlet_release::release::request::{
-    Context, Request, RequestBody, DEFAULT_MAX_EXPONENTIAL_N,
-};
+use dirichlet_release::release::request::{Context, Request, RequestBody};
 use libfuzzer_sys::fuzz_target;
 
 const ORDERS: [f64; 8] = [1.01, 1.5, 2.0, 3.0, 5.0, 8.0, 32.0, 256.0];
+/// config/default.toml's, read once.
+static MAX_EXPONENTIAL_N: std::sync::LazyLock<u64> =
+    std::sync::LazyLock::new(|| Settings::defaults().max_exponential_n);
 /// Small enough that a draw per input stays fast.
 const MAX_DIMENSION: usize = 64;
 
@@ -68,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
         ledger_order: dataset.order,
         sensitivity: dataset.sensitivity,
         max_dimension: MAX_DIMENSION,
-        max_exponential_n: DEFAULT_MAX_EXPONENTIAL_N,
+        max_exponential_n: *MAX_EXPONENTIAL_N,
     };
     let request = match Request::parse(&body, &ctx) {
         Ok(request) => request,

@@ -90,7 +90,8 @@ impl Serialize for Units {
 
 /// Relative error allowed for a curve evaluation in f64 (ψ′ is accurate to 1e-13 relative;
 /// the products around it add a few ulps). Charges are inflated by this before rounding up.
-pub const CURVE_RELATIVE_ERROR: f64 = 2e-13;
+/// Defined once, where the calibrations that must stay under it are.
+pub const CURVE_RELATIVE_ERROR: f64 = crate::privacy::calibrate::CHARGE_INFLATION;
 
 /// The charge for a release whose RDP curve evaluates to `curve_value` at the ledger order:
 /// inflated by the evaluation's error bound, then rounded up to the grid.

@@ -247,7 +247,7 @@ pub fn hellinger_beta(a1: f64, b1: f64, a2: f64, b2: f64) -> f64 {
 /// The bounded-range parameter the selection run with `epsilon` is priced at:
 /// ε − 10⁻¹²ε − 5·10⁻¹¹. It exceeds what the weights realise (ε_run = ε − 10⁻¹²ε − 10⁻¹⁰ plus
 /// at most 4·(2⁻⁴⁰ + a few ulps) < 4·10⁻¹² of float error, module documentation) and stays far
-/// enough below ε that the ledger's inflation (2·10⁻¹³ relative) and grid rounding (2⁻⁴⁰) keep
+/// enough below ε that the ledger's inflation (`calibrate::CHARGE_INFLATION`) and grid rounding (2⁻⁴⁰) keep
 /// the charge at or below the ε the user gave.
 pub fn priced_epsilon(epsilon: f64) -> f64 {
     (epsilon - RUN_SLACK_REL * epsilon - 0.5 * RUN_SLACK_ABS).max(f64::MIN_POSITIVE)

@@ -28,9 +28,6 @@ use crate::wire::{cells, non_null, rows, ScalarOrCells};
 /// service refuses them rather than sample from a distorted distribution.
 pub const MAX_COUNT: f64 = 1e15;
 
-/// `max_exponential_n` of config/default.toml, for callers without settings.
-pub const DEFAULT_MAX_EXPONENTIAL_N: u64 = 10_000;
-
 /// The mechanism a request names. Read through a string, so a non-string value is a 422 data
 /// error, not a JSON syntax error, and serde's `{"dirichlet": null}` enum form is refused.
 #[derive(Deserialize, Serialize, Clone, Copy, PartialEq, Eq, Debug, Default)]

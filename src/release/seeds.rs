@@ -81,12 +81,14 @@ pub struct ExponentialSpec {
 }
 
 fn mode_name(mode: &BoundedMode) -> &'static str {
+    use super::request::Kind;
     match mode {
-        BoundedMode::Dirichlet { .. } => "dirichlet",
-        BoundedMode::Posterior { .. } => "posterior",
-        BoundedMode::Diffuse { .. } => "diffuse",
-        BoundedMode::Explicit { .. } => "explicit",
+        BoundedMode::Dirichlet { .. } => Kind::Dirichlet,
+        BoundedMode::Posterior { .. } => Kind::Posterior,
+        BoundedMode::Diffuse { .. } => Kind::Diffuse,
+        BoundedMode::Explicit { .. } => Kind::Explicit,
     }
+    .name()
 }
 
 struct Pricer<'a> {

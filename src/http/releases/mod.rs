@@ -128,7 +128,8 @@ async fn load_and_plan(
 /// A release request body, validated and priced against a dataset's ledger: the counts (or
 /// table) and the plan that would be drawn and charged. Pure (no store, no randomness) and
 /// total: any bytes give a plan or an [`ApiError`], never a panic (`fuzz/fuzz_targets/requests.rs`
-/// holds it to that). The handlers run the same steps on the body their extractor parsed.
+/// holds it to that). The handlers run the same steps on the body their extractor parsed, with
+/// the configured limits; this uses config/default.toml's `max_exponential_n`.
 pub fn plan_release(
     body: &[u8],
     dataset: &Dataset,
@@ -139,7 +140,7 @@ pub fn plan_release(
         &body,
         dataset,
         max_dimension,
-        release::request::DEFAULT_MAX_EXPONENTIAL_N,
+        crate::config::Settings::defaults().max_exponential_n,
     )?;
     Ok(Planned {
         input: request.input,
