@@ -9,8 +9,7 @@ use serde::Deserialize;
 
 const DEFAULTS: &str = include_str!("../config/default.toml");
 
-/// The prefix of analyst tokens (`http::auth::ANALYST_PREFIX`; a test keeps them equal).
-const ANALYST_PREFIX: &str = "dra_";
+use crate::access::ANALYST_PREFIX;
 
 /// `Debug` is safe to log: the two secrets print as `[REDACTED]`.
 #[derive(Debug, Clone, Deserialize)]
@@ -203,9 +202,9 @@ impl Settings {
                 ));
             }
             if token.starts_with(ANALYST_PREFIX) {
-                return Err(invalid(
-                    "admin_token must not start with the analyst token prefix `dra_`",
-                ));
+                return Err(invalid(&format!(
+                    "admin_token must not start with the analyst token prefix `{ANALYST_PREFIX}`"
+                )));
             }
             if token.len() < 16 {
                 return Err(invalid("admin_token must be at least 16 characters"));
@@ -312,11 +311,6 @@ mod tests {
             s.fingerprint_key.as_ref().map(|k| k.expose_secret()),
             Some(key)
         );
-    }
-
-    #[test]
-    fn the_analyst_prefix_is_the_one_auth_uses() {
-        assert_eq!(ANALYST_PREFIX, crate::http::auth::ANALYST_PREFIX);
     }
 
     /// Tokens that pass a length check but could never sign in (issue 13 item 17).

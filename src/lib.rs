@@ -1,5 +1,6 @@
 //! dirichlet-release: differentially private release of distributions.
 //!
+//! - [`access`]: roles, token records and token formats.
 //! - [`privacy`]: pure math and sampling (no I/O, no async).
 //! - [`ledger`]: budget rules and the storage trait with coarse, transactional operations.
 //! - [`store`]: the SQL of each backend (PostgreSQL, SQLite).
@@ -7,6 +8,7 @@
 //! - [`wire`]: serde helpers of the JSON wire format (bounded number sequences, non-null options).
 //! - [`config`], [`telemetry`], [`startup`]: wiring.
 
+pub mod access;
 pub mod config;
 pub mod http;
 pub mod ledger;

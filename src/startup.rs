@@ -10,8 +10,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::task::TaskTracker;
 
+use crate::access::{generate_admin_token, random_bytes, sha256};
 use crate::config::Settings;
-use crate::http::auth::{generate_admin_token, random_bytes, sha256};
 use crate::http::limits::WriteTimeout;
 use crate::http::metrics::Metrics;
 use crate::http::{router, AppState};

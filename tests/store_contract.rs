@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{SubsecRound, Utc};
+use dirichlet_release::access::{Role, TokenRecord};
 use dirichlet_release::ledger::*;
 use dirichlet_release::privacy::{Order, Sensitivity};
 use dirichlet_release::store::{connect, StoreOptions};

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::{value_parser, Arg, ArgAction, ArgMatches, Command};
+use dirichlet_release::access::generate_admin_token;
 use dirichlet_release::config::Settings;
-use dirichlet_release::http::auth::generate_admin_token;
 use dirichlet_release::startup::Application;
 use rand::rngs::ChaCha8Rng;
 use rand::seq::SliceRandom;

@@ -9,18 +9,13 @@ use std::time::Instant;
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
-use base64::Engine;
 use chrono::{DateTime, Utc};
-use rand::TryRng;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
 use super::error::ApiError;
 use super::AppState;
-use crate::ledger::{Role, TokenRecord};
-
-pub const ANALYST_PREFIX: &str = "dra_";
+use crate::access::{sha256, Role, TokenRecord, ANALYST_PREFIX};
 
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,36 +59,6 @@ impl Caller {
             Caller::Analyst { .. } => Role::Analyst,
         }
     }
-}
-
-pub fn sha256(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
-}
-
-/// 32 random bytes from the OS generator.
-pub fn random_bytes() -> [u8; 32] {
-    let mut bytes = [0u8; 32];
-    rand::rngs::SysRng
-        .try_fill_bytes(&mut bytes)
-        .expect("the operating system's random source failed");
-    bytes
-}
-
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-}
-
-/// A fresh admin token (when none is configured).
-pub fn generate_admin_token() -> String {
-    format!("dradmin_{}", b64(&random_bytes()))
-}
-
-/// A fresh analyst token: (public id, full token, digest of the secret part).
-pub fn generate_analyst_token() -> (String, String, [u8; 32]) {
-    let id = hex::encode(&random_bytes()[..8]);
-    let secret = b64(&random_bytes());
-    let digest = sha256(secret.as_bytes());
-    (id.clone(), format!("{ANALYST_PREFIX}{id}_{secret}"), digest)
 }
 
 /// How stale a token's `last_used_at` may get: sign-ins are written at most this often per token
@@ -177,28 +142,5 @@ impl FromRequestParts<AppState> for Caller {
         } else {
             Err(ApiError::Unauthorized)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn analyst_tokens_parse_back_to_their_parts() {
-        let (id, token, digest) = generate_analyst_token();
-        let rest = token.strip_prefix(ANALYST_PREFIX).unwrap();
-        let (pid, secret) = rest.split_once('_').unwrap();
-        assert_eq!(pid, id);
-        assert_eq!(sha256(secret.as_bytes()), digest);
-        assert!(secret.len() >= 43, "256 bits of secret");
-        // base64url has '-' and '_'? URL_SAFE uses '_' — the id is hex, so split_once on the
-        // first '_' still finds the id/secret boundary.
-        assert!(!id.contains('_'));
-    }
-
-    #[test]
-    fn tokens_are_unique() {
-        assert_ne!(generate_admin_token(), generate_admin_token());
     }
 }

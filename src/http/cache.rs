@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use uuid::Uuid;
 
-use crate::ledger::{BudgetState, Dataset, TokenRecord};
+use crate::access::TokenRecord;
+use crate::ledger::{BudgetState, Dataset};
 
 pub const TOKEN_TTL: Duration = Duration::from_secs(1);
 const MAX_ENTRIES: usize = 10_000;
@@ -93,7 +94,7 @@ impl Caches {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Role;
+    use crate::access::Role;
 
     fn record() -> Arc<TokenRecord> {
         Arc::new(TokenRecord {

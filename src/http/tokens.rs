@@ -10,11 +10,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::auth::generate_analyst_token;
 use super::error::ApiError;
 use super::extract::{Admin, ApiJson, ApiPath};
 use super::AppState;
-use crate::ledger::{Role, TokenRecord};
+use crate::access::{generate_analyst_token, Role, TokenRecord};
 
 pub fn router() -> Router<AppState> {
     Router::new()

@@ -16,6 +16,8 @@ use uuid::Uuid;
 
 pub use charge::{charge_for, Units, UnitsError};
 
+use crate::access::TokenRecord;
+
 use crate::privacy::convert::rdp_to_dp;
 use crate::privacy::{Delta, Order, Sensitivity};
 
@@ -283,53 +285,6 @@ pub enum CommitOutcome {
     /// The dataset's stored outputs would pass the per-dataset quota of `quota` cells; nothing
     /// was written.
     OutputQuotaExceeded { quota: i64 },
-}
-
-/// Role of an API token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Admin,
-    Analyst,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Analyst => "analyst",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Role> {
-        match s {
-            "admin" => Some(Role::Admin),
-            "analyst" => Some(Role::Analyst),
-            _ => None,
-        }
-    }
-}
-
-/// A stored token: its public id, SHA-256 of its secret part, role and dataset scope.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TokenRecord {
-    pub id: String,
-    pub secret_hash: [u8; 32],
-    pub role: Role,
-    pub datasets: Vec<Uuid>,
-    pub created_at: DateTime<Utc>,
-    /// After this instant the token is refused (401).
-    pub expires_at: Option<DateTime<Utc>>,
-    /// When the token last signed in, recorded at most about once a minute.
-    pub last_used_at: Option<DateTime<Utc>>,
-    /// Set by `DELETE /v1/tokens/{id}`; a revoked token is refused (401).
-    pub revoked_at: Option<DateTime<Utc>>,
-}
-
-impl TokenRecord {
-    /// Whether the token may sign in at `now`.
-    pub fn usable_at(&self, now: DateTime<Utc>) -> bool {
-        self.revoked_at.is_none() && self.expires_at.is_none_or(|at| now < at)
-    }
 }
 
 /// Per-dataset ledger figures for `/metrics`.

@@ -17,6 +17,7 @@ use super::codec::{
     ReleaseSummaryColumns, SummaryColumns, DATASET_COLUMNS, RELEASE_SUMMARY_COLUMNS,
 };
 use super::{store_error, StoreOptions};
+use crate::access::{Role, TokenRecord};
 use crate::ledger::audit::{self, LogEntry, LogHead};
 use crate::ledger::*;
 
