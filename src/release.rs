@@ -6,11 +6,14 @@
 //! (`privacy::curve::dirichlet_price`). A release calibrated at λ₀ to ε is charged the largest
 //! ledger-grid value ≤ ε; every other one its price inflated and rounded *up* to the grid.
 
+pub mod record;
 pub mod request;
 pub mod seeds;
 
 use serde::Serialize;
-use serde_json::{json, Value};
+
+use record::{Mechanism, PriorRecord, Selection};
+use request::Kind;
 
 use crate::ledger::{charge_for, Units, UnitsError};
 use crate::privacy::curve::{dirichlet_max_order, dirichlet_price, Pricing};
@@ -106,7 +109,7 @@ pub struct Plan {
     /// What the ledger charges: `price` rounded up to the grid.
     pub charge: Units,
     /// The mechanism record returned to clients and stored with the release.
-    pub record: Value,
+    pub record: Mechanism,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -136,19 +139,6 @@ pub enum PlanError {
 /// resolution steps (`sampler::MAX_SHAPE`). Below it the divergence can exceed the charge by
 /// orders of magnitude (posterior r = 1000 at ε = 1e-6: 268×).
 pub const MIN_SHIFT_ULPS: f64 = 1_048_576.0;
-
-#[derive(Serialize)]
-struct CalibrationRecord {
-    order: f64,
-    epsilon: f64,
-}
-
-pub(crate) fn target_record(t: &Target) -> Value {
-    json!(CalibrationRecord {
-        order: t.order.get(),
-        epsilon: t.epsilon.get()
-    })
-}
 
 /// The largest ledger-grid value ≤ the asked ε (issue 11: k releases asked at B/k fit a budget
 /// B exactly). Calibrations solve for this value, never for more than was asked.
@@ -210,7 +200,10 @@ pub fn plan(
                 grid(target).epsilon,
                 sens,
             )?;
-            let record = json!({"kind": "dirichlet", "r": p.r, "alpha": p.alpha, "prior": prior, "calibration": target_record(target)});
+            let record = Mechanism {
+                prior: Some(PriorRecord::Base(*prior)),
+                ..Mechanism::dirichlet(Kind::Dirichlet, p.r, &p.alpha).calibrated(Some(target))
+            };
             (
                 Draw::Dirichlet {
                     r: p.r,
@@ -227,7 +220,8 @@ pub fn plan(
                 grid(target).epsilon,
                 sens,
             )?;
-            let record = json!({"kind": "posterior", "r": p.r, "alpha": p.alpha, "calibration": target_record(target)});
+            let record =
+                Mechanism::dirichlet(Kind::Posterior, p.r, &p.alpha).calibrated(Some(target));
             (
                 Draw::Dirichlet {
                     r: p.r,
@@ -249,7 +243,8 @@ pub fn plan(
                 grid(target).epsilon,
                 sens,
             )?;
-            let record = json!({"kind": "diffuse", "r": p.r, "alpha": p.alpha, "calibration": target_record(target)});
+            let record =
+                Mechanism::dirichlet(Kind::Diffuse, p.r, &p.alpha).calibrated(Some(target));
             (
                 Draw::Dirichlet {
                     r: p.r,
@@ -263,7 +258,7 @@ pub fn plan(
             alpha
                 .check_dimension(d)
                 .map_err(|e| PlanError::Parameter(e.to_string()))?;
-            let record = json!({"kind": "explicit", "r": r, "alpha": alpha});
+            let record = Mechanism::dirichlet(Kind::Explicit, *r, alpha);
             (
                 Draw::Dirichlet {
                     r: *r,
@@ -280,14 +275,14 @@ pub fn plan(
                 Noise::Calibrated(t) => (
                     discrete::gaussian_sigma(t.order, grid(t).epsilon, sens)?,
                     None,
-                    Some(target_record(t)),
+                    Some(t),
                 ),
             };
             check_noise_scale("sigma", sigma)?;
-            let mut record = json!({"kind": "gaussian", "sigma": sigma});
-            if let Some(c) = calibration {
-                record["calibration"] = c;
-            }
+            let record = Mechanism {
+                sigma: Some(sigma),
+                ..Mechanism::new(Kind::Gaussian).calibrated(calibration)
+            };
             (Draw::Gaussian { sigma }, record, cap)
         }
         Spec::Laplace(noise) => {
@@ -297,23 +292,22 @@ pub fn plan(
                 Noise::Calibrated(t) => (
                     discrete::laplace_scale(t.order, grid(t).epsilon, sens, d)?,
                     None,
-                    Some(target_record(t)),
+                    Some(t),
                 ),
             };
             check_noise_scale("scale", scale)?;
-            let mut record = json!({"kind": "laplace", "scale": scale});
-            if let Some(c) = calibration {
-                record["calibration"] = c;
-            }
+            let record = Mechanism {
+                scale: Some(scale),
+                ..Mechanism::new(Kind::Laplace).calibrated(calibration)
+            };
             (Draw::Laplace { scale }, record, cap)
         }
         Spec::Bounded(b) => match b.target() {
             // Solved for the grid value, recorded with the target asked.
             Some(target) => {
-                let (draw, mut record, cap) =
+                let (draw, record, cap) =
                     seeds::plan_bounded(&b.with_target(grid(target)), d, sens)?;
-                record["calibration"] = target_record(target);
-                (draw, record, cap)
+                (draw, record.calibrated(Some(target)), cap)
             }
             None => seeds::plan_bounded(b, d, sens)?,
         },
@@ -324,7 +318,7 @@ pub fn plan(
     };
     let (price, pricing) = price_with_curve(&draw, ledger_order, sens, d);
     let mut record = record;
-    record["pricing"] = json!(pricing);
+    record.pricing = Some(pricing);
     if !price.is_finite() {
         let max_order = match &draw {
             Draw::Dirichlet { r, alpha } | Draw::Bounded { r, alpha, .. } => {
@@ -429,7 +423,7 @@ pub fn execute(draw: &Draw, counts: &Counts) -> Result<Vec<f64>, String> {
 }
 
 /// A drawn output and what the draw adds to the mechanism record.
-pub type Drawn = (Vec<f64>, Option<Value>);
+pub type Drawn = (Vec<f64>, Option<Selection>);
 
 /// [`execute`], plus what the draw adds to the mechanism record (the exponential mechanism's
 /// selected candidate); the caller stores both together.
@@ -737,7 +731,7 @@ mod tests {
         };
         for sens in [Sensitivity::REPLACE_ONE, Sensitivity::ADD_REMOVE_ONE] {
             let p = plan(&Spec::Dirichlet { target, prior: 1.0 }, 4, ledger, &sens).unwrap();
-            assert_eq!(p.record["pricing"], "exact");
+            assert_eq!(p.record.pricing, Some(Pricing::Exact));
             let Draw::Dirichlet { r, alpha } = &p.draw else {
                 panic!()
             };
@@ -771,7 +765,7 @@ mod tests {
             &custom,
         )
         .unwrap();
-        assert_eq!(e.record["pricing"], "bound");
+        assert_eq!(e.record.pricing, Some(Pricing::Bound));
     }
 }
 

@@ -182,10 +182,10 @@ fn observe() -> Value {
             "relation": relation,
             "body": body,
             "fingerprint": hex::encode(fingerprint),
-            // The text too: stored rows hold it, and a serde_json feature flip (preserve_order)
-            // would reorder its keys without changing the value.
-            "mechanism_text": serde_json::to_string(&planned.plan.record).expect("serialises"),
-            "mechanism": planned.plan.record,
+            // What is stored (`Mechanism::to_value`), as value and as text: stored rows hold the
+            // text, and a serde_json feature flip (preserve_order) would reorder its keys.
+            "mechanism_text": serde_json::to_string(&planned.plan.record.to_value()).expect("serialises"),
+            "mechanism": planned.plan.record.to_value(),
             "charge_units": planned.plan.charge.raw(),
             "label": planned.label.as_ref().map(|l| l.as_str().to_string()),
         }));

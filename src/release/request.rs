@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Sha256;
 
+use super::record::Selection;
 use super::seeds::{self, BoundedMode, BoundedSpec, ExponentialSpec};
 use super::{Draw, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
 use crate::ledger::{Label, Output};
@@ -304,7 +305,7 @@ impl Input {
 
     /// Draw the output: the vector, or every row of the table independently; plus what the
     /// draw adds to the mechanism record (the exponential mechanism's selection).
-    pub fn draw(&self, draw: &Draw) -> Result<(Output, Option<Value>), String> {
+    pub fn draw(&self, draw: &Draw) -> Result<(Output, Option<Selection>), String> {
         match self {
             Input::Vector(counts) => {
                 super::execute_release(draw, counts).map(|(y, drawn)| (Output::Vector(y), drawn))

@@ -8,7 +8,8 @@
 
 use serde_json::{json, Value};
 
-use super::{price, target_record, Draw, PlanError, Target};
+use super::record::{Mechanism, PriorRecord, Selection};
+use super::{price, Draw, PlanError, Target};
 use crate::privacy::bounded::{clamp_excess, solve_monotone, CellValues};
 use crate::privacy::calibrate::CalibrationError;
 use crate::privacy::convert::rdp_to_dp;
@@ -80,7 +81,7 @@ pub struct ExponentialSpec {
     pub n: u64,
 }
 
-fn mode_name(mode: &BoundedMode) -> &'static str {
+fn mode_kind(mode: &BoundedMode) -> super::request::Kind {
     use super::request::Kind;
     match mode {
         BoundedMode::Dirichlet { .. } => Kind::Dirichlet,
@@ -88,7 +89,6 @@ fn mode_name(mode: &BoundedMode) -> &'static str {
         BoundedMode::Diffuse { .. } => Kind::Diffuse,
         BoundedMode::Explicit { .. } => Kind::Explicit,
     }
-    .name()
 }
 
 struct Pricer<'a> {
@@ -168,7 +168,7 @@ pub fn plan_bounded(
     spec: &BoundedSpec,
     d: usize,
     sens: &Sensitivity,
-) -> Result<(Draw, Value, Option<Epsilon>), PlanError> {
+) -> Result<(Draw, Mechanism, Option<Epsilon>), PlanError> {
     let param = |e: crate::privacy::ParamError| PlanError::Parameter(e.to_string());
     let lower = spec.lower.clone().unwrap_or(CellValues::Uniform(0.0));
     lower.check_dimension(d).map_err(param)?;
@@ -193,20 +193,17 @@ pub fn plan_bounded(
             "alpha + r * lower_bound must be greater than 0 in every cell (alpha may be 0 only where lower_bound > 0)".into(),
         )
     })?;
-    let mut record = json!({"kind": mode_name(&spec.mode), "r": r, "alpha": alpha});
-    if let Some(t) = target {
-        record["calibration"] = target_record(t);
-    }
+    let mut record = Mechanism::dirichlet(mode_kind(&spec.mode), r, alpha).calibrated(target);
     if let BoundedMode::Dirichlet { prior, .. } = &spec.mode {
-        record["prior"] = json!(prior);
+        record.prior = Some(PriorRecord::Base(*prior));
     }
     if let BoundedMode::Posterior { shape, .. } = &spec.mode {
-        record["prior_shape"] = json!(shape);
+        record.prior_shape = Some(shape.clone());
     }
     let draw = match &spec.lower {
         Some(l) => {
-            record["lower_bound"] = json!(l);
-            record["effective_alpha"] = json!(effective);
+            record.lower_bound = Some(l.clone());
+            record.effective_alpha = Some(CellValues::from(&effective));
             Draw::Bounded {
                 r,
                 alpha: effective,
@@ -313,7 +310,7 @@ pub fn gohari_view(
 }
 
 /// Plan seed 002's exponential mechanism.
-pub fn plan_exponential(spec: &ExponentialSpec) -> Result<(Draw, Value), PlanError> {
+pub fn plan_exponential(spec: &ExponentialSpec) -> Result<(Draw, Mechanism), PlanError> {
     let (a, b) = spec.prior;
     let candidates =
         BetaCandidates::new(spec.n, a, b).map_err(|e| PlanError::Parameter(e.to_string()))?;
@@ -327,14 +324,14 @@ pub fn plan_exponential(spec: &ExponentialSpec) -> Result<(Draw, Value), PlanErr
             .to_string(),
         ));
     }
-    let record = json!({
-        "kind": "exponential",
-        "epsilon": epsilon,
-        "prior": [a, b],
-        "n": spec.n,
-        "sensitivity": candidates.global_sensitivity(),
-        "sensitivity_used": candidates.sensitivity_used(),
-    });
+    let record = Mechanism {
+        epsilon: Some(epsilon),
+        prior: Some(PriorRecord::Beta([a, b])),
+        n: Some(spec.n),
+        sensitivity: Some(candidates.global_sensitivity()),
+        sensitivity_used: Some(candidates.sensitivity_used()),
+        ..Mechanism::new(super::request::Kind::Exponential)
+    };
     Ok((
         Draw::Exponential {
             candidates,
@@ -385,7 +382,10 @@ pub fn execute_seed(
                     let total = a + b;
                     (
                         vec![a / total, b / total],
-                        Some(json!({"selected": j, "posterior": [a, b]})),
+                        Some(Selection {
+                            selected: j,
+                            posterior: [a, b],
+                        }),
                     )
                 })
         }

@@ -31,6 +31,7 @@ use super::views::{budget_json, BudgetView, CostView, ReleaseView};
 use super::AppState;
 use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, NewRelease};
 use crate::privacy::utility::Forecast;
+use crate::release::record::Mechanism;
 use crate::release::request::{Context, Input, Request, RequestBody, RequestError};
 use crate::release::{self, Plan, PlanError, VectorForecast};
 use crate::table;
@@ -151,7 +152,7 @@ pub fn plan_release(
 
 #[derive(Serialize)]
 struct PreviewView {
-    mechanism: Value,
+    mechanism: Mechanism,
     cost: CostView,
     admissible: bool,
     budget_after: BudgetView,
@@ -271,12 +272,7 @@ async fn create(
     // Idempotency-Key gets the stored release); it is never cut between "charged" and "stored".
     let task_state = state.clone();
     let created_by = caller.name();
-    let kind = plan
-        .record
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or("unknown")
-        .to_string();
+    let kind = plan.record.kind.name();
     let outcome = state
         .tasks
         .spawn(async move {
@@ -294,9 +290,7 @@ async fn create(
                     .map_err(|e| ApiError::Internal(format!("sampler task failed: {e}")))?
             }
             .map_err(|e| ApiError::Internal(format!("sampling refused: {e}")))?;
-            if let (Some(Value::Object(drawn)), Value::Object(record)) = (drawn, &mut record) {
-                record.extend(drawn);
-            }
+            record.selection = drawn;
             // The request timeout answered while this was drawing: the client was told 503
             // (not charged), so nothing may be charged.
             if !gate.begin_commit() {
@@ -306,7 +300,7 @@ async fn create(
                 id: Uuid::now_v7(),
                 dataset_id: id,
                 created_by,
-                mechanism: record,
+                mechanism: record.to_value(),
                 cost: charge,
                 output,
                 label,
@@ -322,9 +316,9 @@ async fn create(
         CommitOutcome::Committed { release, budget } => {
             state.caches.observe_budget(id, &budget);
             tracing::info!(dataset = %id, release = %release.id, seq = release.seq, cost = release.cost.to_f64(), "release committed");
-            state.metrics.release(&kind);
+            state.metrics.release(kind);
             if let Some(rows) = release.output.rows() {
-                state.metrics.table_release(&kind, rows);
+                state.metrics.table_release(kind, rows);
             }
             Ok(idempotency::created(
                 ReleaseView::new(release, dataset.order.get(), Some(&budget)),
