@@ -976,9 +976,10 @@ fn created(view: ReleaseView, replayed: bool) -> Response {
     response
 }
 
-/// The answer to a retry: the stored release, unchanged, charging nothing — or a refusal when
-/// the key was used for a different request. Never a fresh sample.
-async fn replay(
+/// The answer to a retry: the 201 the release got when it was committed — the stored release
+/// and the ledger right after its charge (not the ledger now) — charging nothing; or a refusal
+/// when the key was used for a different request. Never a fresh sample.
+fn replay(
     state: &AppState,
     dataset: &Dataset,
     release: crate::ledger::Release,
@@ -988,14 +989,10 @@ async fn replay(
     if !bool::from(stored.ct_eq(&presented)) {
         return Err(ApiError::IdempotencyKeyReused);
     }
-    let current = state
-        .store
-        .get_dataset(dataset.id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("dataset"))?;
     state.metrics.replays.inc();
+    let budget = dataset.budget_after(&release);
     Ok(created(
-        ReleaseView::new(release, dataset.order.get(), Some(&current.budget())),
+        ReleaseView::new(release, dataset.order.get(), Some(&budget)),
         true,
     ))
 }
@@ -1023,7 +1020,7 @@ async fn create(
         Some(key) => {
             let fp = fingerprint(&state.fingerprint_key, id, &caller.name(), &req)?;
             if let Some((existing, stored)) = state.store.find_by_idempotency_key(id, &key).await? {
-                return replay(&state, &dataset, existing, stored, fp).await;
+                return replay(&state, &dataset, existing, stored, fp);
             }
             Some(Idempotency {
                 key,
@@ -1127,7 +1124,7 @@ async fn create(
         } => {
             let presented =
                 fp.ok_or_else(|| ApiError::Internal("an idempotent outcome without a key".into()))?;
-            replay(&state, &dataset, release, fingerprint, presented).await
+            replay(&state, &dataset, release, fingerprint, presented)
         }
         CommitOutcome::DatasetNotFound => Err(ApiError::not_found("dataset")),
         CommitOutcome::OutputQuotaExceeded { quota } => {
