@@ -397,6 +397,10 @@ struct OutageParams {
 
 const ACQUIRE_TIMEOUT_MS: u64 = 1000;
 const REQUEST_TIMEOUT_MS: u64 = 5000;
+/// How long PostgreSQL gets to answer a commit that started (`PgStore`'s commit answer bound):
+/// a connection within the acquire timeout, the statement within `statement_timeout` (twice the
+/// acquire timeout, at least 1 s), and one acquire timeout more.
+const COMMIT_ANSWER_BOUND_MS: u64 = 2 * ACQUIRE_TIMEOUT_MS + 2 * ACQUIRE_TIMEOUT_MS;
 
 /// Stop PostgreSQL (a throwaway server) under load: every request fails fast with a 503
 /// problem and Retry-After, nothing is charged without a release, and the same processes serve
@@ -432,8 +436,10 @@ async fn outage(p: OutageParams) {
     );
     // One attempt per request: every answer during the outage is on the record.
     driver.max_attempts = 1;
-    // A commit caught by the freeze is answered after two request timeouts (504).
-    driver.attempt_timeout = Duration::from_millis(2 * REQUEST_TIMEOUT_MS + 5000);
+    // A commit caught by the freeze is answered 504 after the request timeout and the commit
+    // answer bound.
+    driver.attempt_timeout =
+        Duration::from_millis(REQUEST_TIMEOUT_MS + COMMIT_ANSWER_BOUND_MS + 5000);
     // Budgets far beyond the load: every release the database takes is admitted.
     let targets = targets(&driver.client, &addresses[0], &[60_000, 60_000]).await;
     for t in &targets {
@@ -524,10 +530,11 @@ async fn outage(p: OutageParams) {
             other => panic!("unexpected answer during the outage test: {other:?} ({t:?})"),
         }
         // The request timeout cuts a request whose commit has not started: 503 `timeout` within
-        // it. A release whose commit started before the freeze waits for the database up to a
-        // second timeout: 201 after the thaw, 504 at the bound, or 503 `service-unavailable`
-        // when PostgreSQL, thawed, cancels the statement for its `statement_timeout` (rolled
-        // back, so not charged; CI saw one at 7.06 s after a 7 s freeze).
+        // it. A release whose commit started before the freeze waits for the database up to the
+        // commit answer bound after that: 201 after the thaw, 504 at the bound, or 503
+        // `service-unavailable` when PostgreSQL, thawed, cancels the statement for its
+        // `statement_timeout` (rolled back, so not charged; CI saw one at 7.06 s after a 7 s
+        // freeze).
         let cut_by_the_timeout = matches!(
             &a.answer,
             Answer::Status { code: 503, problem_type, .. }
@@ -536,7 +543,7 @@ async fn outage(p: OutageParams) {
         let limit = if cut_by_the_timeout {
             REQUEST_TIMEOUT_MS + 500
         } else {
-            2 * REQUEST_TIMEOUT_MS + 500
+            REQUEST_TIMEOUT_MS + COMMIT_ANSWER_BOUND_MS + 500
         };
         assert!(
             a.latency < Duration::from_millis(limit),
@@ -567,7 +574,7 @@ async fn outage(p: OutageParams) {
     // then); a frozen server costs at most the request timeout.
     let bound = match p.kind {
         OutageKind::Stop => ACQUIRE_TIMEOUT_MS * 3 + 500,
-        OutageKind::Freeze => 2 * REQUEST_TIMEOUT_MS + 500,
+        OutageKind::Freeze => REQUEST_TIMEOUT_MS + COMMIT_ANSWER_BOUND_MS + 500,
     };
     assert!(
         max < bound as f64,
@@ -805,7 +812,7 @@ async fn a_timed_out_release_is_never_charged(backend: Backend) {
         };
         match response.status() {
             StatusCode::CREATED => created += 1,
-            // The commit started but outlasted a second timeout (a slow disk): outcome unknown.
+            // Only a commit the database leaves unanswered past the commit answer bound.
             StatusCode::GATEWAY_TIMEOUT => unknown += 1,
             StatusCode::SERVICE_UNAVAILABLE => {
                 let problem: Value = response.json().await.unwrap();
@@ -928,15 +935,22 @@ impl LockHolder {
 /// start, so that a commit that started in time may end on either side of the deadline, or
 /// after a second one. The run goes on (at least 20 requests, at most 30 s) until both branches
 /// were hit: a 503 `timeout` (cut before the commit started) and a 201 answered after the
-/// timeout (the commit started before it and was waited for). Then: every answer is 201 or
-/// 503 `timeout`, the releases stored are exactly those answered 201 (by label), and the
-/// ledger's count and `spent` equal the 201s. The database answers every commit here, so no
-/// 504 is justified. Before the fix a commit that outlasted a second request timeout was
+/// timeout (the commit started before it and was waited for). A last request's commit waits on
+/// the lock past the database's own lock/busy timeout: the database refuses it, and that is the
+/// answer (503 `service-unavailable`, not charged). Then: every answer is 201 or 503 `timeout`,
+/// the releases stored are exactly those answered 201 (by label), and the ledger's count and
+/// `spent` equal the 201s. The database answers every commit here, so no 504 is justified. Before the fix a commit that outlasted a second request timeout was
 /// answered 504 although it went on to commit: charged, and answered as if it might not be.
 async fn a_commit_racing_the_timeout_is_answered(backend: Backend) {
     const TIMEOUT_MS: u64 = 60;
     let _serial = SERIAL.lock().await;
-    let app = spawn_app_with(backend, |s| s.request_timeout_ms = TIMEOUT_MS).await;
+    // The database's lock (PostgreSQL) and busy (SQLite) timeouts are this acquire timeout.
+    const ACQUIRE_MS: u64 = 500;
+    let app = spawn_app_with(backend, |s| {
+        s.request_timeout_ms = TIMEOUT_MS;
+        s.db_acquire_timeout_ms = ACQUIRE_MS;
+    })
+    .await;
     let id = loop {
         let response = app
             .post(
@@ -952,6 +966,12 @@ async fn a_commit_racing_the_timeout_is_answered(backend: Backend) {
     };
     let path = format!("/v1/datasets/{id}/releases");
     let mut holder = LockHolder::connect(&app, &id).await;
+    // A connection per request: the server closes an idle one after the request timeout (its
+    // header read timeout), and a request sent on it just then would be lost unanswered.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let started = Instant::now();
     let mut answers: Vec<RaceRequest> = Vec::new();
     let mut cells = 200_000usize;
@@ -969,8 +989,7 @@ async fn a_commit_racing_the_timeout_is_answered(backend: Backend) {
         );
         holder.lock().await;
         let sent = Instant::now();
-        let request = app
-            .client
+        let request = client
             .post(app.url(&path))
             .bearer_auth(ADMIN_TOKEN)
             .header("content-type", "application/json")
@@ -1033,6 +1052,24 @@ async fn a_commit_racing_the_timeout_is_answered(backend: Backend) {
             hold_ms,
         });
     }
+    // The database's own deadline while the request waits for its commit: the lock is held past
+    // the lock/busy timeout, the database refuses the commit and rolls it back, and that is the
+    // answer — 503 `service-unavailable`, nothing charged — not a 504.
+    holder.lock().await;
+    let (refused, ()) = tokio::join!(
+        client
+            .post(app.url(&path))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"counts": [3, 4, 5], "epsilon": 0.5, "label": "refused"}))
+            .send(),
+        async {
+            tokio::time::sleep(Duration::from_millis(2 * ACQUIRE_MS)).await;
+            holder.unlock().await;
+        }
+    );
+    let refused = refused.unwrap();
+    let refused_status = refused.status();
+    let refused_type = refused.json::<Value>().await.unwrap()["type"].clone();
     // A cut release task finishes its draw and stops; before the fix, a commit answered 504
     // went on to finish.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -1080,6 +1117,7 @@ async fn a_commit_racing_the_timeout_is_answered(backend: Backend) {
                "created_201": created.len(), "created_after_the_timeout": raced,
                "cut_503": cut - transport, "cut_while_sending": transport, "unknown_504": unknown,
                "stored": stored.len(), "charged_without_a_201": hidden.len(),
+               "refused_past_the_timeout": refused_status.as_u16(),
                "slowest_201_ms": slowest_201.as_secs_f64() * 1000.0,
                "seconds": started.elapsed().as_secs_f64()}),
     );
@@ -1105,6 +1143,14 @@ async fn a_commit_racing_the_timeout_is_answered(backend: Backend) {
     assert_eq!(
         budget["spent"].as_f64().unwrap(),
         0.5 * created.len() as f64
+    );
+    assert_eq!(
+        (refused_status, refused_type.as_str()),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("/problems/service-unavailable")
+        ),
+        "a commit the database refused past the request timeout"
     );
     assert!(cut >= 1, "no request was cut before its commit in 30 s");
     assert!(
