@@ -81,8 +81,8 @@ const CUT: u8 = 2;
 
 /// Decides, once per request, whether the request timeout or the release commit came first. The
 /// timeout may cut a request only while the gate is open; a release passes it right before its
-/// commit starts, after which the client gets the commit's answer however long it takes. So a
-/// 503 `timeout` never hides a charge.
+/// commit starts, after which the client gets the commit's answer (for as long as
+/// [`request_timeout`] waits for it). So a 503 `timeout` never hides a charge.
 #[derive(Clone, Default)]
 pub struct CommitGate(Arc<AtomicU8>);
 
