@@ -357,9 +357,8 @@ pub struct LedgerSummary {
 /// Storage failures. `Unavailable` is the database being unreachable, read-only, full or busy
 /// past its timeout (→ 503 with Retry-After); `OutcomeUnknown` is a commit that may or may not
 /// have happened: the connection was lost (or the driver failed) after the commit was sent, so
-/// no answer from the database says which (→ 504); `Corrupt` is a
-/// stored value the ledger cannot interpret; `Internal` is anything else. Messages never contain
-/// request data.
+/// no answer from the database says which (→ 504); `Corrupt` is a stored value the ledger
+/// cannot interpret; `Internal` is anything else. Messages never contain request data.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database unavailable: {0}")]
