@@ -723,6 +723,55 @@ async fn idempotent_retries_return_the_stored_release(backend: Backend) {
     assert_eq!(app.budget(&id).await["releases"], 2);
 }
 
+/// Issue 21 item 6: a replay is the same 201 body as the original — `budget` included, which is
+/// the ledger right after that release was charged, not the ledger at the time of the retry.
+/// Before the fix the replay's `budget` counted the releases made since (`releases` 2, not 1).
+async fn a_replay_answers_the_original_201(backend: Backend) {
+    let app = spawn_app(backend).await;
+    // A dataset with a δ, so that the budget's (ε, δ) view is compared too.
+    let response = app
+        .post(
+            "/v1/datasets",
+            ADMIN_TOKEN,
+            &json!({"name": "replay", "budget": {"epsilon": 3, "delta": 1e-6}}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let id = response.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/v1/datasets/{id}/releases");
+    let body = json!({"counts": [10, 20, 30], "epsilon": 0.3, "label": "first"});
+    let first = app.post_with_key(&path, ADMIN_TOKEN, "K", &body).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["budget"]["releases"], 1);
+    // Another release moves the ledger on.
+    let other = app
+        .post(
+            &path,
+            ADMIN_TOKEN,
+            &json!({"counts": [1, 2], "epsilon": 0.25}),
+        )
+        .await;
+    assert_eq!(other.status(), StatusCode::CREATED);
+    let now = app.budget(&id).await;
+    assert_eq!(now["releases"], 2);
+
+    let again = app.post_with_key(&path, ADMIN_TOKEN, "K", &body).await;
+    assert_eq!(again.status(), StatusCode::CREATED);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(
+        again["budget"], first["budget"],
+        "the budget right after the release"
+    );
+    assert_ne!(again["budget"], now, "not the ledger now");
+    assert_eq!(again, first, "the same 201 body");
+    assert_eq!(app.budget(&id).await, now, "the replay charged nothing");
+}
+
 async fn concurrent_releases_never_overspend(backend: Backend) {
     let app = spawn_app(backend).await;
     // Budget for exactly K releases of 0.125 (a grid value, so K·cost is exact).
@@ -1658,6 +1707,7 @@ on_both_backends!(
     invalid_requests_are_refused_and_charge_nothing,
     analysts_are_confined_to_their_datasets,
     idempotent_retries_return_the_stored_release,
+    a_replay_answers_the_original_201,
     concurrent_releases_never_overspend,
     operational_endpoints,
     baselines_are_discrete_priced_and_projected,

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -396,6 +397,10 @@ struct OutageParams {
 
 const ACQUIRE_TIMEOUT_MS: u64 = 1000;
 const REQUEST_TIMEOUT_MS: u64 = 5000;
+/// How long PostgreSQL gets to answer a commit that started (`PgStore`'s commit answer bound):
+/// a connection within the acquire timeout, the statement within `statement_timeout` (twice the
+/// acquire timeout, at least 1 s), and one acquire timeout more.
+const COMMIT_ANSWER_BOUND_MS: u64 = 2 * ACQUIRE_TIMEOUT_MS + 2 * ACQUIRE_TIMEOUT_MS;
 
 /// Stop PostgreSQL (a throwaway server) under load: every request fails fast with a 503
 /// problem and Retry-After, nothing is charged without a release, and the same processes serve
@@ -431,8 +436,10 @@ async fn outage(p: OutageParams) {
     );
     // One attempt per request: every answer during the outage is on the record.
     driver.max_attempts = 1;
-    // A commit caught by the freeze is answered after two request timeouts (504).
-    driver.attempt_timeout = Duration::from_millis(2 * REQUEST_TIMEOUT_MS + 5000);
+    // A commit caught by the freeze is answered 504 after the request timeout and the commit
+    // answer bound.
+    driver.attempt_timeout =
+        Duration::from_millis(REQUEST_TIMEOUT_MS + COMMIT_ANSWER_BOUND_MS + 5000);
     // Budgets far beyond the load: every release the database takes is admitted.
     let targets = targets(&driver.client, &addresses[0], &[60_000, 60_000]).await;
     for t in &targets {
@@ -523,10 +530,11 @@ async fn outage(p: OutageParams) {
             other => panic!("unexpected answer during the outage test: {other:?} ({t:?})"),
         }
         // The request timeout cuts a request whose commit has not started: 503 `timeout` within
-        // it. A release whose commit started before the freeze waits for the database up to a
-        // second timeout: 201 after the thaw, 504 at the bound, or 503 `service-unavailable`
-        // when PostgreSQL, thawed, cancels the statement for its `statement_timeout` (rolled
-        // back, so not charged; CI saw one at 7.06 s after a 7 s freeze).
+        // it. A release whose commit started before the freeze waits for the database up to the
+        // commit answer bound after that: 201 after the thaw, 504 at the bound, or 503
+        // `service-unavailable` when PostgreSQL, thawed, cancels the statement for its
+        // `statement_timeout` (rolled back, so not charged; CI saw one at 7.06 s after a 7 s
+        // freeze).
         let cut_by_the_timeout = matches!(
             &a.answer,
             Answer::Status { code: 503, problem_type, .. }
@@ -535,7 +543,7 @@ async fn outage(p: OutageParams) {
         let limit = if cut_by_the_timeout {
             REQUEST_TIMEOUT_MS + 500
         } else {
-            2 * REQUEST_TIMEOUT_MS + 500
+            REQUEST_TIMEOUT_MS + COMMIT_ANSWER_BOUND_MS + 500
         };
         assert!(
             a.latency < Duration::from_millis(limit),
@@ -566,7 +574,7 @@ async fn outage(p: OutageParams) {
     // then); a frozen server costs at most the request timeout.
     let bound = match p.kind {
         OutageKind::Stop => ACQUIRE_TIMEOUT_MS * 3 + 500,
-        OutageKind::Freeze => 2 * REQUEST_TIMEOUT_MS + 500,
+        OutageKind::Freeze => REQUEST_TIMEOUT_MS + COMMIT_ANSWER_BOUND_MS + 500,
     };
     assert!(
         max < bound as f64,
@@ -804,7 +812,7 @@ async fn a_timed_out_release_is_never_charged(backend: Backend) {
         };
         match response.status() {
             StatusCode::CREATED => created += 1,
-            // The commit started but outlasted a second timeout (a slow disk): outcome unknown.
+            // Only a commit the database leaves unanswered past the commit answer bound.
             StatusCode::GATEWAY_TIMEOUT => unknown += 1,
             StatusCode::SERVICE_UNAVAILABLE => {
                 let problem: Value = response.json().await.unwrap();
@@ -842,6 +850,314 @@ async fn a_timed_out_release_is_never_charged(backend: Backend) {
         "{charged} charges for {created} 201s and {unknown} 504s"
     );
     assert_eq!(budget["spent"].as_f64().unwrap(), 0.5 * charged as f64);
+}
+
+/// What one release request of [`a_commit_racing_the_timeout_is_answered`] got.
+#[derive(Debug)]
+enum RaceAnswer {
+    Created,
+    /// 503 `timeout`: cut before its commit started.
+    Cut,
+    /// 504 `commit-outcome-unknown`.
+    Unknown,
+    /// No answer: cut while its body was still being sent.
+    Transport,
+    /// Status and problem type.
+    Other(String),
+}
+
+/// One request of [`a_commit_racing_the_timeout_is_answered`] and its answer.
+struct RaceRequest {
+    label: String,
+    answer: RaceAnswer,
+    latency: Duration,
+    cells: usize,
+    hold_ms: u64,
+}
+
+/// Holds the dataset's write lock (SQLite: the database's, by an open `BEGIN IMMEDIATE`;
+/// PostgreSQL: the dataset row's, by `SELECT … FOR UPDATE`) from another connection, so that a
+/// commit that starts meanwhile waits for it.
+enum LockHolder {
+    Sqlite(sqlx::SqliteConnection),
+    Postgres(sqlx::PgConnection, String),
+}
+
+impl LockHolder {
+    async fn connect(app: &common::app::TestApp, dataset: &str) -> LockHolder {
+        use sqlx::Connection;
+        match app.backend {
+            Backend::Sqlite => LockHolder::Sqlite(
+                sqlx::SqliteConnection::connect(&app.database_url)
+                    .await
+                    .unwrap(),
+            ),
+            Backend::Postgres => LockHolder::Postgres(
+                sqlx::PgConnection::connect(&app.database_url)
+                    .await
+                    .unwrap(),
+                dataset.to_string(),
+            ),
+        }
+    }
+
+    async fn lock(&mut self) {
+        use sqlx::Executor;
+        match self {
+            LockHolder::Sqlite(conn) => {
+                conn.execute("BEGIN IMMEDIATE").await.unwrap();
+            }
+            LockHolder::Postgres(conn, dataset) => {
+                conn.execute("BEGIN").await.unwrap();
+                sqlx::query("SELECT 1 FROM datasets WHERE id = $1::uuid FOR UPDATE")
+                    .bind(dataset.as_str())
+                    .execute(&mut *conn)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+
+    async fn unlock(&mut self) {
+        use sqlx::Executor;
+        match self {
+            LockHolder::Sqlite(conn) => drop(conn.execute("ROLLBACK").await.unwrap()),
+            LockHolder::Postgres(conn, _) => drop(conn.execute("ROLLBACK").await.unwrap()),
+        }
+    }
+}
+
+/// Issue 21 item 2: the request timeout racing a release's commit. Keyless releases under a
+/// 60 ms request timeout, one after the other, each with a label of its own so that the ledger
+/// says which were charged. Two races: the cell count adapts (smaller after a cut, larger after
+/// a 201 within the timeout) so that the draw ends close to the deadline, before or after it;
+/// and another connection holds the dataset's write lock for 0 to 180 ms from the request's
+/// start, so that a commit that started in time may end on either side of the deadline, or
+/// after a second one. The run goes on (at least 20 requests, at most 30 s) until both branches
+/// were hit: a 503 `timeout` (cut before the commit started) and a 201 answered after the
+/// timeout (the commit started before it and was waited for). A last request's commit waits on
+/// the lock past the database's own lock/busy timeout: the database refuses it, and that is the
+/// answer (503 `service-unavailable`, not charged). Then: every answer is 201 or 503 `timeout`,
+/// the releases stored are exactly those answered 201 (by label), and the ledger's count and
+/// `spent` equal the 201s. The database answers every commit here, so no 504 is justified. Before the fix a commit that outlasted a second request timeout was
+/// answered 504 although it went on to commit: charged, and answered as if it might not be.
+async fn a_commit_racing_the_timeout_is_answered(backend: Backend) {
+    const TIMEOUT_MS: u64 = 60;
+    let _serial = SERIAL.lock().await;
+    // The database's lock (PostgreSQL) and busy (SQLite) timeouts are this acquire timeout.
+    const ACQUIRE_MS: u64 = 500;
+    let app = spawn_app_with(backend, |s| {
+        s.request_timeout_ms = TIMEOUT_MS;
+        s.db_acquire_timeout_ms = ACQUIRE_MS;
+    })
+    .await;
+    let id = loop {
+        let response = app
+            .post(
+                "/v1/datasets",
+                ADMIN_TOKEN,
+                &json!({"name": "race", "budget": {"order": 2, "epsilon": 1000}}),
+            )
+            .await;
+        if response.status() == StatusCode::CREATED {
+            let dataset: Value = response.json().await.unwrap();
+            break dataset["id"].as_str().unwrap().to_string();
+        }
+    };
+    let path = format!("/v1/datasets/{id}/releases");
+    let mut holder = LockHolder::connect(&app, &id).await;
+    // A connection per request: the server closes an idle one after the request timeout (its
+    // header read timeout), and a request sent on it just then would be lost unanswered.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let mut answers: Vec<RaceRequest> = Vec::new();
+    let mut cells = 200_000usize;
+    let (mut cut, mut raced) = (0usize, 0usize);
+    while (cut == 0 || raced == 0 || answers.len() < 20)
+        && started.elapsed() < Duration::from_secs(30)
+    {
+        let n = answers.len() as u64;
+        let label = format!("race-{n}");
+        // 0 to 3 timeouts, spread over the requests.
+        let hold_ms = (n * 37) % (3 * TIMEOUT_MS);
+        let body = format!(
+            r#"{{"counts": {}, "epsilon": 0.5, "label": "{label}"}}"#,
+            ones(cells)
+        );
+        holder.lock().await;
+        let sent = Instant::now();
+        let request = client
+            .post(app.url(&path))
+            .bearer_auth(ADMIN_TOKEN)
+            .header("content-type", "application/json")
+            .body(body)
+            .send();
+        let unlock = async {
+            tokio::time::sleep(Duration::from_millis(hold_ms)).await;
+            holder.unlock().await;
+        };
+        let (response, ()) = tokio::join!(
+            async {
+                let response = request.await;
+                let latency = sent.elapsed();
+                match response {
+                    Err(_) => (None, latency),
+                    Ok(response) => {
+                        let status = response.status();
+                        let text = response.text().await.unwrap_or_default();
+                        (Some((status, text)), latency)
+                    }
+                }
+            },
+            unlock
+        );
+        let (response, latency) = response;
+        let answer = match response {
+            None => RaceAnswer::Transport,
+            Some((status, text)) => {
+                let problem = serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|v| v["type"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                match (status, problem.as_str()) {
+                    (StatusCode::CREATED, _) => RaceAnswer::Created,
+                    (StatusCode::SERVICE_UNAVAILABLE, "/problems/timeout") => RaceAnswer::Cut,
+                    (StatusCode::GATEWAY_TIMEOUT, _) => RaceAnswer::Unknown,
+                    (status, problem) => RaceAnswer::Other(format!("{status} {problem}")),
+                }
+            }
+        };
+        let drawn = cells;
+        match answer {
+            RaceAnswer::Created => {
+                if latency > Duration::from_millis(TIMEOUT_MS) {
+                    raced += 1;
+                }
+                cells = (cells * 5 / 4).min(1_000_000);
+            }
+            RaceAnswer::Cut | RaceAnswer::Transport => {
+                cut += 1;
+                cells = (cells * 2 / 3).max(1_000);
+            }
+            _ => {}
+        }
+        answers.push(RaceRequest {
+            label,
+            answer,
+            latency,
+            cells: drawn,
+            hold_ms,
+        });
+    }
+    // The database's own deadline while the request waits for its commit: the lock is held past
+    // the lock/busy timeout, the database refuses the commit and rolls it back, and that is the
+    // answer — 503 `service-unavailable`, nothing charged — not a 504.
+    holder.lock().await;
+    let (refused, ()) = tokio::join!(
+        client
+            .post(app.url(&path))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"counts": [3, 4, 5], "epsilon": 0.5, "label": "refused"}))
+            .send(),
+        async {
+            tokio::time::sleep(Duration::from_millis(2 * ACQUIRE_MS)).await;
+            holder.unlock().await;
+        }
+    );
+    let refused = refused.unwrap();
+    let refused_status = refused.status();
+    let refused_type = refused.json::<Value>().await.unwrap()["type"].clone();
+    // A cut release task finishes its draw and stops; before the fix, a commit answered 504
+    // went on to finish.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let listing: Value = loop {
+        let response = app
+            .get(&format!("{path}?fields=summary&limit=10000"), ADMIN_TOKEN)
+            .await;
+        if response.status() == StatusCode::OK {
+            break response.json().await.unwrap();
+        }
+    };
+    let stored: BTreeSet<String> = listing["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["label"].as_str().unwrap().to_string())
+        .collect();
+    let created: BTreeSet<String> = answers
+        .iter()
+        .filter(|r| matches!(r.answer, RaceAnswer::Created))
+        .map(|r| r.label.clone())
+        .collect();
+    let count = |f: fn(&RaceAnswer) -> bool| answers.iter().filter(|r| f(&r.answer)).count();
+    let unknown = count(|a| matches!(a, RaceAnswer::Unknown));
+    let transport = count(|a| matches!(a, RaceAnswer::Transport));
+    let hidden: Vec<String> = answers
+        .iter()
+        .filter(|r| !matches!(r.answer, RaceAnswer::Created) && stored.contains(&r.label))
+        .map(|r| {
+            format!(
+                "{} ({} cells, lock held {} ms): {:?} after {:?}",
+                r.label, r.cells, r.hold_ms, r.answer, r.latency
+            )
+        })
+        .collect();
+    let slowest_201 = answers
+        .iter()
+        .filter(|r| matches!(r.answer, RaceAnswer::Created))
+        .map(|r| r.latency)
+        .max()
+        .unwrap_or_default();
+    report(
+        "a commit racing the timeout",
+        json!({"backend": format!("{backend:?}"), "requests": answers.len(),
+               "created_201": created.len(), "created_after_the_timeout": raced,
+               "cut_503": cut - transport, "cut_while_sending": transport, "unknown_504": unknown,
+               "stored": stored.len(), "charged_without_a_201": hidden.len(),
+               "refused_past_the_timeout": refused_status.as_u16(),
+               "slowest_201_ms": slowest_201.as_secs_f64() * 1000.0,
+               "seconds": started.elapsed().as_secs_f64()}),
+    );
+    let other: Vec<&str> = answers
+        .iter()
+        .filter_map(|r| match &r.answer {
+            RaceAnswer::Other(what) => Some(what.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(other.is_empty(), "only 201 and 503 `timeout`: {other:?}");
+    assert!(hidden.is_empty(), "charged without a 201: {hidden:?}");
+    assert_eq!(
+        unknown, 0,
+        "the database answered every commit: no 504 is justified"
+    );
+    assert_eq!(
+        stored, created,
+        "the releases stored are those answered 201"
+    );
+    let budget = app.budget(&id).await;
+    assert_eq!(budget["releases"].as_u64().unwrap() as usize, created.len());
+    assert_eq!(
+        budget["spent"].as_f64().unwrap(),
+        0.5 * created.len() as f64
+    );
+    assert_eq!(
+        (refused_status, refused_type.as_str()),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("/problems/service-unavailable")
+        ),
+        "a commit the database refused past the request timeout"
+    );
+    assert!(cut >= 1, "no request was cut before its commit in 30 s");
+    assert!(
+        raced >= 1,
+        "no commit straddled the timeout in 30 s (201s: {})",
+        created.len()
+    );
 }
 
 /// Item 6: a listing page is bounded by bytes as well as by count, and stored outputs by a
@@ -906,6 +1222,7 @@ async fn listings_and_stored_outputs_are_bounded(backend: Backend) {
 
 on_both_backends!(
     a_timed_out_release_is_never_charged,
+    a_commit_racing_the_timeout_is_answered,
     listings_and_stored_outputs_are_bounded
 );
 

@@ -91,6 +91,7 @@ contract_tests! {
     errors_never_echo_values => errors_never_echo_values_sqlite, errors_never_echo_values_postgres;
     token_lifecycle => token_lifecycle_sqlite, token_lifecycle_postgres;
     release_log_chains => release_log_chains_sqlite, release_log_chains_postgres;
+    releases_keep_the_ledger_after_them => releases_keep_the_ledger_after_them_sqlite, releases_keep_the_ledger_after_them_postgres;
 }
 
 // ----- fixtures -----
@@ -408,6 +409,68 @@ async fn idempotent_retries(f: Fixture) {
         commit(store, &new_release(d.id, cost(0.75), Some("request-3"))).await,
         CommitOutcome::Exhausted { .. }
     ));
+}
+
+/// Runs `sql` on the fixture's database from a connection of its own.
+async fn execute_raw(f: &Fixture, sql: &str) {
+    match f.store.backend() {
+        "sqlite" => {
+            let mut raw = sqlx::SqliteConnection::connect(&f.url).await.unwrap();
+            raw.execute(sql).await.unwrap();
+            raw.close().await.unwrap();
+        }
+        _ => {
+            let mut raw = sqlx::PgConnection::connect(&f.url).await.unwrap();
+            raw.execute(sql).await.unwrap();
+            raw.close().await.unwrap();
+        }
+    }
+}
+
+/// Issue 21 item 6: every release carries the dataset's `spent` right after its charge, so that
+/// a replay can answer the original 201's budget (`Dataset::budget_after`), however many
+/// releases came since — also for a row stored without the column (by a replica that predates
+/// migration 0005), which is read as the running sum of the costs.
+async fn releases_keep_the_ledger_after_them(f: Fixture) {
+    let store = &*f.store;
+    let d = store
+        .create_dataset(&new_dataset("after", 1.0))
+        .await
+        .unwrap();
+    let (a, after_a) = committed(commit(store, &new_release(d.id, cost(0.25), Some("a"))).await);
+    let (b, after_b) = committed(commit(store, &new_release(d.id, cost(0.125), None)).await);
+    let (c, after_c) = committed(commit(store, &new_release(d.id, cost(0.5), Some("c"))).await);
+    assert_eq!(a.spent_after, after_a.spent);
+    assert_eq!(b.spent_after, after_b.spent);
+    assert_eq!(c.spent_after, after_c.spent);
+    assert_eq!(after_c.spent.to_f64(), 0.875);
+
+    let check = || async {
+        let (found, _) = store
+            .find_by_idempotency_key(d.id, "a")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(found, a);
+        let d = dataset(store, d.id).await;
+        assert_eq!(d.budget_after(&found), after_a);
+        assert_ne!(d.budget(), after_a, "the ledger moved on");
+        assert_eq!(store.get_release(d.id, b.id).await.unwrap().unwrap(), b);
+        assert_eq!(
+            store.list_releases(d.id, None, 10).await.unwrap(),
+            vec![c.clone(), b.clone(), a.clone()]
+        );
+        // A concurrent retry's outcome carries it too.
+        match commit(store, &new_release(d.id, cost(0.25), Some("a"))).await {
+            CommitOutcome::Existing { release, .. } => {
+                assert_eq!(d.budget_after(&release), after_a)
+            }
+            other => panic!("expected Existing, got {other:?}"),
+        }
+    };
+    check().await;
+    execute_raw(&f, "UPDATE releases SET spent_after_units = NULL").await;
+    check().await;
 }
 
 async fn concurrent_commits_respect_the_budget(f: Fixture) {
@@ -1436,6 +1499,127 @@ fn schema_cases() -> Vec<(String, bool)> {
         (label(&"é".repeat(200)), true),
         (label(&"é".repeat(201)), false),
     ]
+}
+
+/// Migration 0005 fills `spent_after_units` of the releases stored before it with the running sum
+/// of their dataset's costs in seq order — what `spent` was right after each of them.
+async fn migration_0005_fills_the_ledger_after_each_release(backend: &str) {
+    use sqlx::migrate::Migrator;
+    let dir = tempfile::tempdir().unwrap();
+    let url = match backend {
+        "sqlite" => format!("sqlite://{}", dir.path().join("ledger.db").display()),
+        _ => pg::fresh_database().await,
+    };
+    let mut migrator = Migrator::new(std::path::Path::new(&format!(
+        "{}/migrations/{backend}",
+        env!("CARGO_MANIFEST_DIR")
+    )))
+    .await
+    .unwrap();
+    migrator.migrations = migrator
+        .migrations
+        .iter()
+        .filter(|m| m.version < 5)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    let blob = |hex: &str| match backend {
+        "sqlite" => format!("x'{hex}'"),
+        _ => format!("'\\x{hex}'"),
+    };
+    let half = "000000000000e03f";
+    let (d1, d2) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut sql = String::new();
+    for d in [d1, d2] {
+        sql.push_str(&format!(
+            "INSERT INTO datasets (id, name, budget_order, total_units, l2_squared, linf, \
+                                   neighbouring, created_at, created_by) \
+             VALUES ('{d}', 'old', 8, {}, 2, 1, 'replace_one', '2026-01-01T00:00:00Z', 'admin');",
+            1u64 << 42
+        ));
+    }
+    // Interleaved, and out of seq order, so that the sum must follow dataset and seq.
+    let releases = [
+        (d1, 2, 3u64 << 38),
+        (d2, 1, 5 << 38),
+        (d1, 1, 1 << 38),
+        (d1, 3, 0),
+        (d2, 2, 7 << 38),
+    ];
+    for (i, (d, seq, cost)) in releases.iter().enumerate() {
+        let (key, fingerprint) = if i == 0 {
+            ("'k'".to_string(), blob(&"07".repeat(32)))
+        } else {
+            ("NULL".to_string(), "NULL".to_string())
+        };
+        sql.push_str(&format!(
+            "INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, \
+                                   cost_units, distribution, dimension, idempotency_key, \
+                                   fingerprint) \
+             VALUES ('{}', '{d}', {seq}, '2026-01-01T00:00:00Z', 'analyst', \
+                     '{{\"kind\":\"dirichlet\"}}', {cost}, {}, 2, {key}, {fingerprint});",
+            Uuid::new_v4(),
+            blob(&half.repeat(2)),
+        ));
+    }
+    let read = "SELECT seq, spent_after_units FROM releases ORDER BY dataset_id = '{d2}', seq";
+    let read = read.replace("{d2}", &d2.to_string());
+    let rows: Vec<(i64, Option<i64>)> = match backend {
+        "sqlite" => {
+            use std::str::FromStr;
+            let create = sqlx::sqlite::SqliteConnectOptions::from_str(&url)
+                .unwrap()
+                .create_if_missing(true);
+            let mut raw = sqlx::SqliteConnection::connect_with(&create).await.unwrap();
+            migrator.run(&mut raw).await.unwrap();
+            raw.execute(sql.as_str()).await.unwrap();
+            raw.close().await.unwrap();
+            let store = connect(&url, &options()).await.unwrap();
+            let (release, _) = store
+                .find_by_idempotency_key(d1, "k")
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(release.spent_after.raw(), 4 << 38);
+            let mut raw = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            sqlx::query_as(&read).fetch_all(&mut raw).await.unwrap()
+        }
+        _ => {
+            let mut raw = sqlx::PgConnection::connect(&url).await.unwrap();
+            migrator.run(&mut raw).await.unwrap();
+            raw.execute(sql.as_str()).await.unwrap();
+            raw.close().await.unwrap();
+            let store = connect(&url, &options()).await.unwrap();
+            let (release, _) = store
+                .find_by_idempotency_key(d1, "k")
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(release.spent_after.raw(), 4 << 38);
+            let mut raw = sqlx::PgConnection::connect(&url).await.unwrap();
+            sqlx::query_as(&read).fetch_all(&mut raw).await.unwrap()
+        }
+    };
+    assert_eq!(
+        rows,
+        vec![
+            (1, Some(1 << 38)),
+            (2, Some(4 << 38)),
+            (3, Some(4 << 38)),
+            (1, Some(5 << 38)),
+            (2, Some(12 << 38)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn migration_0005_fills_the_ledger_after_each_release_sqlite() {
+    migration_0005_fills_the_ledger_after_each_release("sqlite").await;
+}
+
+#[tokio::test]
+async fn migration_0005_fills_the_ledger_after_each_release_postgres() {
+    migration_0005_fills_the_ledger_after_each_release("postgres").await;
 }
 
 // ----- PostgreSQL deployment -----

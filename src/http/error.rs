@@ -56,7 +56,7 @@ pub enum ApiError {
     Unavailable,
     #[error("the request took longer than the configured timeout")]
     Timeout,
-    #[error("the release's commit started but the database has not answered within the timeout; it may or may not have been charged: retry with the same Idempotency-Key, or read the ledger, to learn its outcome")]
+    #[error("the release's commit started but its outcome is unknown (the database has not answered it in time, or the connection failed after it was sent); it may or may not have been charged: retry with the same Idempotency-Key, or read the ledger, to learn its outcome")]
     CommitUnanswered,
     #[error("internal error")]
     Internal(String),

@@ -1,6 +1,6 @@
 //! Resource bounds of the HTTP layer: the server-wide allowance for large bodies being read and
-//! parsed, the gate that keeps the request timeout from cutting a release after its commit
-//! started, and the write timeout of a connection.
+//! parsed, the request timeout and the gate that keeps it from cutting a release after its
+//! commit started, and the write timeout of a connection.
 
 use std::future::Future;
 use std::io;
@@ -10,14 +10,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::extract::FromRequestParts;
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::header::CONTENT_LENGTH;
 use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
 use super::error::ApiError;
+use super::AppState;
 
 /// Bodies smaller than this are not counted against the allowance.
 const SMALL_BODY: usize = 64 * 1024;
@@ -78,8 +81,8 @@ const CUT: u8 = 2;
 
 /// Decides, once per request, whether the request timeout or the release commit came first. The
 /// timeout may cut a request only while the gate is open; a release passes it right before its
-/// commit starts, after which the client gets the commit's answer however long it takes. So a
-/// 503 `timeout` never hides a charge.
+/// commit starts, after which the client gets the commit's answer (for as long as
+/// [`request_timeout`] waits for it). So a 503 `timeout` never hides a charge.
 #[derive(Clone, Default)]
 pub struct CommitGate(Arc<AtomicU8>);
 
@@ -109,6 +112,41 @@ impl<S: Send + Sync> FromRequestParts<S> for CommitGate {
             .get::<CommitGate>()
             .cloned()
             .unwrap_or_default())
+    }
+}
+
+/// The whole-request timeout, rendered as a problem (tower-http's would answer an empty 408).
+/// It cuts a request only before a release commit starts ([`CommitGate`]), so 503 `timeout`
+/// always means "not charged". Once the commit started, the request gets the commit's answer:
+/// 201, 409, or 503 `service-unavailable` when the database refused or rolled it back — for as
+/// long as a database that is up may take to give one ([`LedgerStore::commit_answer_bound`]: its
+/// own lock, busy and statement deadlines end every commit before that). Only a commit still
+/// unanswered then (a frozen or cut-off database) is 504 `commit-outcome-unknown`: bounded, and
+/// never claiming "not charged". The commit itself runs in a task of its own that neither this
+/// bound nor a departed client cuts (`releases::create`), so a 504 means "not known yet", and a
+/// retry with the same `Idempotency-Key` tells.
+///
+/// [`LedgerStore::commit_answer_bound`]: crate::ledger::LedgerStore::commit_answer_bound
+pub async fn request_timeout(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let gate = CommitGate::default();
+    req.extensions_mut().insert(gate.clone());
+    let response = next.run(req);
+    tokio::pin!(response);
+    tokio::select! {
+        response = &mut response => response,
+        () = tokio::time::sleep(state.settings.request_timeout()) => {
+            if gate.cut() {
+                ApiError::Timeout.into_response()
+            } else {
+                tokio::time::timeout(state.store.commit_answer_bound(), response)
+                    .await
+                    .unwrap_or_else(|_| ApiError::CommitUnanswered.into_response())
+            }
+        }
     }
 }
 

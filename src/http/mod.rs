@@ -79,7 +79,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(state.clone(), header_limits))
-        .layer(middleware::from_fn_with_state(state.clone(), timeout))
+        .layer(middleware::from_fn_with_state(state.clone(), limits::request_timeout))
         .layer(middleware::from_fn_with_state(state.clone(), track))
         .layer(CatchPanicLayer::custom(|_| ApiError::Internal("a handler panicked".into()).into_response()))
         .layer(
@@ -125,30 +125,6 @@ async fn header_limits(State(state): State<AppState>, req: Request, next: Next) 
         return response;
     }
     next.run(req).await
-}
-
-/// The whole-request timeout, rendered as a problem (tower-http's would answer an empty 408).
-/// It cuts a request only before a release commit starts ([`limits::CommitGate`]): once the
-/// charge may be written, the client waits for the commit's answer, so 503 `timeout` always
-/// means "not charged". A commit the database does not answer within a further timeout (a frozen
-/// database) is answered 504 `commit-outcome-unknown`: bounded, and never claiming "not charged".
-async fn timeout(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    let gate = limits::CommitGate::default();
-    req.extensions_mut().insert(gate.clone());
-    let response = next.run(req);
-    tokio::pin!(response);
-    tokio::select! {
-        response = &mut response => response,
-        () = tokio::time::sleep(state.settings.request_timeout()) => {
-            if gate.cut() {
-                ApiError::Timeout.into_response()
-            } else {
-                tokio::time::timeout(state.settings.request_timeout(), response)
-                    .await
-                    .unwrap_or_else(|_| ApiError::CommitUnanswered.into_response())
-            }
-        }
-    }
 }
 
 /// The method as a metric label: the standard ones by name, anything else as `other`, so that

@@ -55,6 +55,17 @@ impl Dataset {
             dp_target: self.dp_target,
         }
     }
+
+    /// The ledger right after `release` was charged: the `budget` of its 201, which a replay
+    /// answers again (a dataset's order, total and target never change; its `releases` then was
+    /// the release's `seq`).
+    pub fn budget_after(&self, release: &Release) -> BudgetState {
+        BudgetState {
+            spent: release.spent_after,
+            releases: release.seq,
+            ..self.budget()
+        }
+    }
 }
 
 /// A dataset's ledger at one instant.
@@ -248,6 +259,8 @@ pub struct Release {
     pub output: Output,
     pub label: Option<Label>,
     pub idempotency_key: Option<String>,
+    /// The dataset's `spent` right after this release was charged (its own cost included).
+    pub spent_after: Units,
 }
 
 /// A stored release without its output and mechanism record (either can hold a value per cell):
@@ -297,10 +310,10 @@ pub struct LedgerSummary {
 }
 
 /// Storage failures. `Unavailable` is the database being unreachable, read-only, full or busy
-/// past its timeout (→ 503 with Retry-After); `OutcomeUnknown` is a connection lost after a
-/// commit's statement was sent, which may or may not have committed (→ 504); `Corrupt` is a
-/// stored value the ledger cannot interpret; `Internal` is anything else. Messages never contain
-/// request data.
+/// past its timeout (→ 503 with Retry-After); `OutcomeUnknown` is a commit that may or may not
+/// have happened: the connection was lost (or the driver failed) after the commit was sent, so
+/// no answer from the database says which (→ 504); `Corrupt` is a stored value the ledger
+/// cannot interpret; `Internal` is anything else. Messages never contain request data.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database unavailable: {0}")]
@@ -319,6 +332,12 @@ pub enum StoreError {
 pub trait LedgerStore: Send + Sync + 'static {
     /// `"postgres"` or `"sqlite"`.
     fn backend(&self) -> &'static str;
+
+    /// The longest a database that is up takes to answer [`LedgerStore::commit_release`]: the
+    /// pool's acquire timeout, the database's own lock and statement deadlines (after which it
+    /// answers with an error and rolls back), and a margin. A commit not answered by then is one
+    /// the database is not answering at all (frozen, cut off), whose outcome cannot be known yet.
+    fn commit_answer_bound(&self) -> std::time::Duration;
 
     /// A cheap round trip to the database (readiness).
     async fn ping(&self) -> Result<(), StoreError>;

@@ -132,8 +132,14 @@ impl<Id: Into<Uuid>> TryFrom<SummaryColumns<Id>> for LedgerSummary {
     }
 }
 
-/// What `new` became once committed as number `seq` at `created_at`.
-pub(crate) fn committed_release(new: &NewRelease, seq: i64, created_at: DateTime<Utc>) -> Release {
+/// What `new` became once committed as number `seq` at `created_at`, leaving the dataset's
+/// spent at `spent_after`.
+pub(crate) fn committed_release(
+    new: &NewRelease,
+    seq: i64,
+    created_at: DateTime<Utc>,
+    spent_after: Units,
+) -> Release {
     Release {
         id: new.id,
         dataset_id: new.dataset_id,
@@ -145,6 +151,7 @@ pub(crate) fn committed_release(new: &NewRelease, seq: i64, created_at: DateTime
         output: new.output.clone(),
         label: new.label.clone(),
         idempotency_key: new.idempotency.as_ref().map(|i| i.key.clone()),
+        spent_after,
     }
 }
 
@@ -205,6 +212,12 @@ pub(crate) struct ReleaseColumns<Id = Uuid> {
     /// `None` for a vector; a table's row count (migration 0002).
     pub table_rows: Option<i64>,
     pub label: Option<String>,
+    /// The dataset's spent right after this release (migration 0005). Each backend's
+    /// `RELEASE_COLUMNS` reads the stored value or, for a row stored without it (by a replica
+    /// that predates the migration, still running while another applied it), the sum of the
+    /// costs up to its seq: the same number, since `spent` only ever grows by a stored
+    /// release's cost.
+    pub spent_after_units: i64,
 }
 
 /// The columns of a [`ReleaseSummary`], in the order both backends select them.
@@ -304,6 +317,7 @@ impl<Id: Into<Uuid>> ReleaseColumns<Id> {
             output,
             label,
             idempotency_key: self.idempotency_key,
+            spent_after: units(self.spent_after_units, "spent_after_units")?,
         };
         Ok((release, fingerprint))
     }
@@ -369,8 +383,10 @@ mod tests {
             fingerprint: Some(vec![7; 32]),
             table_rows: None,
             label: None,
+            spent_after_units: 3 << 40,
         };
         let (release, fingerprint) = good().into_keyed_release().unwrap();
+        assert_eq!(release.spent_after.to_f64(), 3.0);
         assert_eq!(release.output, Output::Vector(vec![0.25, 0.75]));
         assert_eq!(release.cost.to_f64(), 1.0);
         assert_eq!(fingerprint, [7; 32]);
@@ -391,6 +407,10 @@ mod tests {
         }));
         assert!(is_corrupt(ReleaseColumns {
             cost_units: -1,
+            ..good()
+        }));
+        assert!(is_corrupt(ReleaseColumns {
+            spent_after_units: -1,
             ..good()
         }));
         assert!(is_corrupt(ReleaseColumns {
@@ -435,6 +455,7 @@ mod tests {
             fingerprint: None,
             table_rows: rows,
             label: Some("NB feature 7 | by class".into()),
+            spent_after_units: 0,
         };
         let release = columns.into_release().unwrap();
         let Output::Table(table) = &release.output else {

@@ -50,8 +50,13 @@ fn token_record(row: &PgRow) -> Result<TokenRecord, StoreError> {
 /// connections skip the ping: the release path stays one round trip.
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
+/// Selected `FROM releases` (unaliased): `spent_after_units` falls back to the running sum for a
+/// row stored without it (`codec::ReleaseColumns`).
 const RELEASE_COLUMNS: &str = "id, dataset_id, seq, created_at, created_by, \
-     mechanism::text AS mechanism, cost_units, distribution, dimension, idempotency_key, fingerprint, table_rows, label";
+     mechanism::text AS mechanism, cost_units, distribution, dimension, idempotency_key, fingerprint, table_rows, label, \
+     COALESCE(spent_after_units, (SELECT SUM(r.cost_units)::bigint FROM releases r \
+              WHERE r.dataset_id = releases.dataset_id AND r.seq <= releases.seq)) \
+         AS spent_after_units";
 
 /// Admission, charge and record in one statement. The UPDATE's row lock serialises releases of a
 /// dataset: under READ COMMITTED a waiting UPDATE re-evaluates its WHERE clause against the
@@ -77,9 +82,9 @@ WITH charged AS (
 ), recorded AS (
     INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units,
                           distribution, dimension, idempotency_key, fingerprint, table_rows,
-                          label, chain_hash)
+                          label, chain_hash, spent_after_units)
     SELECT $3, charged.id, charged.release_count, now(), $4, $5::jsonb, $2, $6, $7, $8, $9, $10,
-           $11, charged.chain_head FROM charged
+           $11, charged.chain_head, charged.spent_units FROM charged
  RETURNING seq, created_at
 )
 SELECT charged.budget_order, charged.total_units, charged.spent_units, charged.release_count,
@@ -90,6 +95,8 @@ pub struct PgStore {
     pool: sqlx::PgPool,
     /// The per-dataset output quota, in cells.
     max_stored_cells: i64,
+    /// See [`LedgerStore::commit_answer_bound`].
+    commit_answer_bound: Duration,
 }
 
 impl PgStore {
@@ -132,6 +139,7 @@ impl PgStore {
         Ok(Self {
             pool,
             max_stored_cells: options.stored_cells_quota(),
+            commit_answer_bound: commit_answer_bound(options.acquire_timeout),
         })
     }
 
@@ -213,13 +221,27 @@ fn server_timeouts(acquire_timeout: Duration) -> [(&'static str, u128); 3] {
     ]
 }
 
+/// A commit's connection comes within the acquire timeout; its one statement, lock wait included,
+/// ends within `statement_timeout` (the server cancels it, rolled back, SQLSTATE 57014); one
+/// more acquire timeout covers the reads that explain a refusal or a key conflict. A server that
+/// is up has answered by then.
+fn commit_answer_bound(acquire_timeout: Duration) -> Duration {
+    let statement = server_timeouts(acquire_timeout)
+        .iter()
+        .find(|(name, _)| *name == "statement_timeout")
+        .map_or(Duration::ZERO, |(_, ms)| {
+            Duration::from_millis(u64::try_from(*ms).unwrap_or(u64::MAX))
+        });
+    acquire_timeout.saturating_mul(2).saturating_add(statement)
+}
+
 fn committed(row: &PgRow, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
     let get = |e| store_error("commit_release", e);
-    let budget = BudgetColumns::from_row(row).map_err(get)?.try_into()?;
+    let budget: BudgetState = BudgetColumns::from_row(row).map_err(get)?.try_into()?;
     let seq = row.try_get("seq").map_err(get)?;
     let created_at = row.try_get("created_at").map_err(get)?;
     Ok(CommitOutcome::Committed {
-        release: committed_release(new, seq, created_at),
+        release: committed_release(new, seq, created_at, budget.spent),
         budget,
     })
 }
@@ -234,6 +256,10 @@ fn is_idempotency_conflict(error: &sqlx::Error) -> bool {
 impl LedgerStore for PgStore {
     fn backend(&self) -> &'static str {
         "postgres"
+    }
+
+    fn commit_answer_bound(&self) -> Duration {
+        self.commit_answer_bound
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -331,10 +357,23 @@ impl LedgerStore for PgStore {
                     None => Err(store_error(CONTEXT, e)),
                 }
             }
+            // The server answered with an error (a cancel for statement_timeout included): the
+            // statement, a transaction of its own, was rolled back. Or nothing was sent.
+            Err(
+                e @ (sqlx::Error::Database(_)
+                | sqlx::Error::Encode(_)
+                | sqlx::Error::TypeNotFound { .. }
+                | sqlx::Error::InvalidArgument(_)),
+            ) => Err(store_error(CONTEXT, e)),
+            // Anything else once the statement may have been sent — the connection lost, a TLS
+            // or protocol failure — leaves no answer saying whether it committed.
             Err(sqlx::Error::Io(io)) => Err(StoreError::OutcomeUnknown(format!(
                 "{CONTEXT}: I/O error after the statement was sent: {io}"
             ))),
-            Err(e) => Err(store_error(CONTEXT, e)),
+            Err(e) => Err(StoreError::OutcomeUnknown(format!(
+                "{CONTEXT}: the connection failed after the statement was sent: {}",
+                store_error(CONTEXT, e)
+            ))),
         }
     }
 

@@ -51,14 +51,21 @@ fn token_record(row: &SqliteRow) -> Result<TokenRecord, StoreError> {
     })
 }
 
+/// Selected `FROM releases` (unaliased): `spent_after_units` falls back to the running sum for a
+/// row stored without it (`codec::ReleaseColumns`).
 const RELEASE_COLUMNS: &str =
     "id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
-     distribution, dimension, idempotency_key, fingerprint, table_rows, label";
+     distribution, dimension, idempotency_key, fingerprint, table_rows, label, \
+     COALESCE(spent_after_units, (SELECT SUM(r.cost_units) FROM releases r \
+              WHERE r.dataset_id = releases.dataset_id AND r.seq <= releases.seq)) \
+         AS spent_after_units";
 
 pub struct SqliteStore {
     pool: sqlx::SqlitePool,
     /// The per-dataset output quota, in cells.
     max_stored_cells: i64,
+    /// See [`LedgerStore::commit_answer_bound`].
+    commit_answer_bound: std::time::Duration,
 }
 
 impl SqliteStore {
@@ -85,6 +92,13 @@ impl SqliteStore {
         Ok(Self {
             pool,
             max_stored_cells: options.stored_cells_quota(),
+            // A connection within the acquire timeout, the write lock within the busy timeout
+            // (the same), and as long again, at least a second, for the write itself.
+            commit_answer_bound: options.acquire_timeout.saturating_mul(2).saturating_add(
+                options
+                    .acquire_timeout
+                    .max(std::time::Duration::from_secs(1)),
+            ),
         })
     }
 
@@ -242,8 +256,8 @@ async fn commit_release_on(
     sqlx::query(
         "INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
                                distribution, dimension, idempotency_key, fingerprint, \
-                               table_rows, label, chain_hash) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                               table_rows, label, chain_hash, spent_after_units) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     )
     .bind(new.id.hyphenated())
     .bind(new.dataset_id.hyphenated())
@@ -259,6 +273,7 @@ async fn commit_release_on(
     .bind(table_rows)
     .bind(new.label.as_ref().map(Label::as_str))
     .bind(&chain_hash[..])
+    .bind(budget.spent.raw())
     .execute(&mut *tx)
     .await
     .map_err(fail)?;
@@ -268,9 +283,18 @@ async fn commit_release_on(
         .execute(&mut *tx)
         .await
         .map_err(fail)?;
-    tx.commit().await.map_err(fail)?;
+    // SQLite's own error on COMMIT means it did not commit (it rolled back, or the transaction
+    // is still open and is rolled back when dropped). Losing the connection's worker thread with
+    // the COMMIT handed over leaves no answer either way.
+    tx.commit().await.map_err(|e| match e {
+        e @ sqlx::Error::Database(_) => fail(e),
+        e => StoreError::OutcomeUnknown(format!(
+            "{CONTEXT}: no answer to COMMIT: {}",
+            store_error(CONTEXT, e)
+        )),
+    })?;
 
-    let release = committed_release(new, budget.releases, created_at);
+    let release = committed_release(new, budget.releases, created_at, budget.spent);
     Ok(CommitOutcome::Committed { release, budget })
 }
 
@@ -309,6 +333,10 @@ async fn create_token_on(
 impl LedgerStore for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn commit_answer_bound(&self) -> std::time::Duration {
+        self.commit_answer_bound
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -67,9 +67,10 @@ pub(super) fn created(view: ReleaseView, replayed: bool) -> Response {
     response
 }
 
-/// The answer to a retry: the stored release, unchanged, charging nothing — or a refusal when
-/// the key was used for a different request. Never a fresh sample.
-pub(super) async fn replay(
+/// The answer to a retry: the 201 the release got when it was committed — the stored release
+/// and the ledger right after its charge (not the ledger now) — charging nothing; or a refusal
+/// when the key was used for a different request. Never a fresh sample.
+pub(super) fn replay(
     state: &AppState,
     dataset: &Dataset,
     release: crate::ledger::Release,
@@ -79,14 +80,10 @@ pub(super) async fn replay(
     if !bool::from(stored.ct_eq(&presented)) {
         return Err(ApiError::IdempotencyKeyReused);
     }
-    let current = state
-        .store
-        .get_dataset(dataset.id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("dataset"))?;
     state.metrics.replays.inc();
+    let budget = dataset.budget_after(&release);
     Ok(created(
-        ReleaseView::new(release, dataset.order.get(), Some(&current.budget())),
+        ReleaseView::new(release, dataset.order.get(), Some(&budget)),
         true,
     ))
 }

@@ -243,7 +243,7 @@ async fn create(
         Some(key) => {
             let fp = body.fingerprint(&state.fingerprint_key, id, &caller.name());
             if let Some((existing, stored)) = state.store.find_by_idempotency_key(id, &key).await? {
-                return idempotency::replay(&state, &dataset, existing, stored, fp).await;
+                return idempotency::replay(&state, &dataset, existing, stored, fp);
             }
             Some(Idempotency {
                 key,
@@ -340,7 +340,7 @@ async fn create(
         } => {
             let presented =
                 fp.ok_or_else(|| ApiError::Internal("an idempotent outcome without a key".into()))?;
-            idempotency::replay(&state, &dataset, release, fingerprint, presented).await
+            idempotency::replay(&state, &dataset, release, fingerprint, presented)
         }
         CommitOutcome::DatasetNotFound => Err(ApiError::not_found("dataset")),
         CommitOutcome::OutputQuotaExceeded { quota } => {
