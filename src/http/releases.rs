@@ -26,8 +26,11 @@ use super::extract::{parse_json_bounded, ApiJson, ApiPath, ApiQuery};
 use super::limits::CommitGate;
 use super::views::{budget_json, BudgetView, CostView, ReleaseSummaryView, ReleaseView};
 use super::AppState;
-use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, Label, NewRelease, Output};
+use crate::ledger::{
+    BudgetState, CommitOutcome, Dataset, Idempotency, Label, NewRelease, Output, Units,
+};
 use crate::privacy::bounded::CellValues;
+use crate::privacy::exponential::BetaCandidates;
 use crate::privacy::types::Relation;
 use crate::privacy::utility::Forecast;
 use crate::privacy::{Counts, Epsilon, Order, Prior};
@@ -588,11 +591,21 @@ fn parse_exponential(
             "the exponential mechanism needs whole-number counts",
         ));
     }
+    // n = 0 (an empty group) is released like any other: one candidate, the prior
+    // (`privacy::exponential`, "Parameters").
     let n = x[0] + x[1];
-    if n < 1.0 || n > max_n as f64 {
+    if n > max_n as f64 {
         return Err(ApiError::invalid_field(
             "counts",
-            format!("the exponential mechanism needs 1 <= counts[0] + counts[1] <= {max_n} (the configured max_exponential_n)"),
+            format!("the exponential mechanism needs counts[0] + counts[1] <= {max_n} (the configured max_exponential_n)"),
+        ));
+    }
+    // Its charge min(ε, λ₀ε²/8) is rounded up to the ledger's grid: below one grid step the
+    // charge would exceed the ε asked (the calibrated mechanisms refuse such a target too).
+    if Units::floor(epsilon.get()).map_or(true, |u| u == Units::ZERO) {
+        return Err(ApiError::invalid_field(
+            "epsilon",
+            "epsilon is below the ledger's grid of 2^-40: the charge, rounded up to the grid, would exceed it",
         ));
     }
     let prior = match &req.prior {
@@ -607,6 +620,9 @@ fn parse_exponential(
             ))
         }
     };
+    // The prior is checked here, with its field, rather than later as a bare plan error.
+    BetaCandidates::new(n as u64, prior.0, prior.1)
+        .map_err(|e| ApiError::invalid_field("prior", format!("prior [alpha, beta]: {e}")))?;
     Ok(Spec::Exponential(ExponentialSpec {
         epsilon,
         prior,
