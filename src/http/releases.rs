@@ -26,9 +26,7 @@ use super::extract::{parse_json_bounded, ApiJson, ApiPath, ApiQuery};
 use super::limits::CommitGate;
 use super::views::{budget_json, BudgetView, CostView, ReleaseSummaryView, ReleaseView};
 use super::AppState;
-use crate::ledger::{
-    BudgetState, CommitOutcome, Dataset, Idempotency, Label, NewRelease, Output, Units,
-};
+use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, Label, NewRelease, Output};
 use crate::privacy::bounded::CellValues;
 use crate::privacy::exponential::BetaCandidates;
 use crate::privacy::types::Relation;
@@ -598,14 +596,6 @@ fn parse_exponential(
         return Err(ApiError::invalid_field(
             "counts",
             format!("the exponential mechanism needs counts[0] + counts[1] <= {max_n} (the configured max_exponential_n)"),
-        ));
-    }
-    // Its charge min(ε, λ₀ε²/8) is rounded up to the ledger's grid: below one grid step the
-    // charge would exceed the ε asked (the calibrated mechanisms refuse such a target too).
-    if Units::floor(epsilon.get()).map_or(true, |u| u == Units::ZERO) {
-        return Err(ApiError::invalid_field(
-            "epsilon",
-            "epsilon is below the ledger's grid of 2^-40: the charge, rounded up to the grid, would exceed it",
         ));
     }
     let prior = match &req.prior {
