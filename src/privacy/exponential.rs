@@ -86,7 +86,8 @@ impl BetaCandidates {
         if !(alpha.is_finite() && alpha > 0.0 && beta.is_finite() && beta > 0.0) {
             return Err(ExponentialError::InvalidPrior);
         }
-        if !(alpha + beta + n as f64 <= MAX_PARAMETER_TOTAL) {
+        // Finite: α and β are finite, and n < 2⁶⁴.
+        if alpha + beta + n as f64 > MAX_PARAMETER_TOTAL {
             return Err(ExponentialError::PriorTooLarge);
         }
         let candidates = Self { n, alpha, beta };
