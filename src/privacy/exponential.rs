@@ -93,7 +93,7 @@ impl BetaCandidates {
         let candidates = Self { n, alpha, beta };
         // Fail closed: every figure the release divides by or publishes must be a finite
         // number in its range. Below the cap a large prior can still cancel every digit of
-        // the distances (Beta(1, 2⁴⁹) against Beta(2, 2⁴⁹ − 1) computes as H = 0).
+        // the distances (prior [1, 2⁴⁹] at n = 1: its two candidates compute as H = 0).
         let sensitivity = candidates.global_sensitivity();
         let used = candidates.sensitivity_used();
         let in_range = sensitivity.is_finite()
