@@ -300,8 +300,8 @@ impl Encoded {
         let mut encodings = Vec::with_capacity(frame.columns.len());
         for (j, name) in frame.columns.iter().enumerate() {
             if let Some((_, edges)) = fixed.iter().find(|(n, _)| n == name) {
-                let increasing = edges.iter().all(|e| e.is_finite())
-                    && edges.windows(2).all(|w| w[0] < w[1]);
+                let increasing =
+                    edges.iter().all(|e| e.is_finite()) && edges.windows(2).all(|w| w[0] < w[1]);
                 if edges.is_empty() || !increasing {
                     return Err(format!("the edges of `{name}` must be increasing").into());
                 }
