@@ -8,6 +8,12 @@
 //! dataset budget of ε, and the test cross-entropy and accuracy are printed against ε, beside
 //! the non-private (maximum-likelihood) model and uniform guessing.
 //!
+//! A class with no training record leaves an all-zero row in every feature table (an empty
+//! group): the service releases it like any other row, so the published model has the same shape
+//! whichever groups are empty. `--short` fits a second model where that happens: the class is
+//! `worst_area` cut at public edges every 500 (`--class worst_area --class-edges 500,1000,…`),
+//! and on the shipped split no training record falls in 3500–4000.
+//!
 //! ```sh
 //! cargo run --release --example naive_bayes                  # full grid, 10 repetitions
 //! cargo run --example naive_bayes -- --short                 # 3 values of ε, once (CI)
@@ -93,24 +99,27 @@ fn score(data: &Encoded, model: &Model, fitted: &Fitted) -> Scores {
     ]
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let matches = common::command(
-        "naive_bayes",
-        "Naive Bayes fitted through the service: test cross-entropy and accuracy against ε",
-    )
-    .arg(
-        Arg::new("class")
-            .long("class")
-            .default_value("diagnosis")
-            .help("The class column"),
-    )
-    .get_matches();
-    let args = Args::from_matches(&matches)?;
-    let class_name = matches.get_one::<String>("class").expect("has a default");
-    let frame = Frame::read(&args.data)?;
+/// `--short`'s second model: the tumour's worst area in classes cut every 500 (public edges,
+/// not quantiles of the data), one of which has no training record on the shipped split.
+const SHORT_EMPTY_CLASS: &str = "worst_area";
+const SHORT_EMPTY_EDGES: [f64; 8] = [
+    500.0, 1000.0, 1500.0, 2000.0, 2500.0, 3000.0, 3500.0, 4000.0,
+];
+
+/// Encode the data for `class` (cut at `edges` when given, else categorical) and fit and score
+/// the model through the service.
+async fn experiment(
+    name: &str,
+    args: &Args,
+    frame: &Frame,
+    class_name: &str,
+    edges: Option<Vec<f64>>,
+) -> Result<()> {
     let class = frame.column(class_name)?;
-    let data = Encoded::new(&frame, args.seed, &[class_name.as_str()])?;
+    let data = match edges {
+        Some(edges) => Encoded::with_edges(frame, args.seed, &[], &[(class_name, edges)])?,
+        None => Encoded::new(frame, args.seed, &[class_name])?,
+    };
     let model = Model {
         class,
         features: (0..data.names.len()).filter(|&j| j != class).collect(),
@@ -124,10 +133,52 @@ async fn main() -> Result<()> {
         model.features.len()
     );
     let tables = count_tables(&data, &model);
-    common::run_experiment("naive_bayes", &args, &tables, |fitted| {
-        score(&data, &model, fitted)
-    })
-    .await
+    common::run_experiment(name, args, &tables, |fitted| score(&data, &model, fitted)).await
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let matches = common::command(
+        "naive_bayes",
+        "Naive Bayes fitted through the service: test cross-entropy and accuracy against ε",
+    )
+    .arg(
+        Arg::new("class")
+            .long("class")
+            .default_value("diagnosis")
+            .help("The class column"),
+    )
+    .arg(
+        Arg::new("class-edges")
+            .long("class-edges")
+            .value_delimiter(',')
+            .value_parser(clap::value_parser!(f64))
+            .help("Cut a numeric class column at these public edges (increasing) instead of taking its values as categories"),
+    )
+    .get_matches();
+    let args = Args::from_matches(&matches)?;
+    let class_name = matches.get_one::<String>("class").expect("has a default");
+    let edges: Option<Vec<f64>> = matches
+        .get_many::<f64>("class-edges")
+        .map(|e| e.copied().collect());
+    let defaults = edges.is_none()
+        && matches.value_source("class") == Some(clap::parser::ValueSource::DefaultValue);
+    let frame = Frame::read(&args.data)?;
+    experiment("naive_bayes", &args, &frame, class_name, edges).await?;
+    if args.short && defaults {
+        // A split with an empty group (issue 21), so CI releases one.
+        let mut args = args.clone();
+        args.out = args.out.map(|p| p.with_extension("empty-groups.csv"));
+        experiment(
+            "naive_bayes (worst_area classes, one with no training record)",
+            &args,
+            &frame,
+            SHORT_EMPTY_CLASS,
+            Some(SHORT_EMPTY_EDGES.to_vec()),
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -178,6 +229,50 @@ mod tests {
         assert_eq!(scores[0].0, "cross_entropy");
         assert!((scores[0].1 - expected).abs() < 1e-12, "{scores:?}");
         assert_eq!(scores[1], ("accuracy", 0.5));
+    }
+
+    /// Issue 21: a class with no training record gives an all-zero row in every feature table;
+    /// the tables keep it (the model's shape never depends on which groups are empty).
+    #[test]
+    fn a_class_without_training_records_is_an_empty_row() {
+        // Class column 1 has three levels; "maybe" (2) occurs only in the test set.
+        let mut d = data(vec![vec![0, 0], vec![1, 1], vec![1, 0]], vec![vec![0, 2]]);
+        d.encodings[1] = Encoding::Levels(vec!["no".into(), "yes".into(), "maybe".into()]);
+        let model = Model {
+            class: 1,
+            features: vec![0],
+        };
+        let tables = count_tables(&d, &model);
+        assert_eq!(tables[0].rows, vec![vec![2.0, 1.0, 0.0]]);
+        assert_eq!(tables[1].rows.len(), 3);
+        assert_eq!(tables[1].rows[2], vec![0.0, 0.0]);
+        assert_eq!(common::empty_rows(&tables), 1);
+    }
+
+    /// `--short`'s second model: on the shipped data and split, the worst-area classes cut every
+    /// 500 leave 3500–4000 without a training record, so every feature table has an empty row.
+    #[test]
+    fn the_short_runs_second_model_has_an_empty_class() {
+        let frame = Frame::read(std::path::Path::new("examples/data/breast_cancer.csv")).unwrap();
+        let class = frame.column(SHORT_EMPTY_CLASS).unwrap();
+        let d = Encoded::with_edges(
+            &frame,
+            2024,
+            &[],
+            &[(SHORT_EMPTY_CLASS, SHORT_EMPTY_EDGES.to_vec())],
+        )
+        .unwrap();
+        assert_eq!(d.cells(class), 9);
+        let model = Model {
+            class,
+            features: (0..d.names.len()).filter(|&j| j != class).collect(),
+        };
+        let tables = count_tables(&d, &model);
+        assert_eq!(tables[0].rows[0][7], 0.0, "{:?}", tables[0].rows[0]);
+        assert_eq!(common::empty_rows(&tables), tables.len() - 1);
+        assert!(tables[1..]
+            .iter()
+            .all(|t| t.rows[7].iter().all(|&c| c == 0.0)));
     }
 
     #[test]

@@ -20,8 +20,11 @@ use crate::privacy::utility::Forecast;
 use crate::privacy::{Counts, ParamError, Sensitivity};
 use crate::release::{self, Draw};
 
-/// Rows of counts over the same d ≥ 2 cells: at least one row, no row all zeros, rows × d at
-/// most a configured cap. Not `Debug`: counts must never reach a log.
+/// Rows of counts over the same d ≥ 2 cells: at least one row, rows × d at most a configured
+/// cap. A row may be all zeros: a group with no records is released like any other (its draw is
+/// Dir(α), the baselines' noise on zeros), since refusing it, or leaving it out, would publish
+/// that the group is empty (docs/PRIVACY.md, "Tables"). Not `Debug`: counts must never reach a
+/// log.
 pub struct CountTable {
     rows: Vec<Counts>,
 }
@@ -38,8 +41,6 @@ pub enum TableError {
     },
     #[error("table row {row}: {source}")]
     Row { row: usize, source: ParamError },
-    #[error("table row {row} is all zeros: every row must count at least one record of its group")]
-    ZeroRow { row: usize },
     #[error(
         "table has {got} cells in all (rows × cells), more than the configured maximum of {max}"
     )]
@@ -70,12 +71,7 @@ impl CountTable {
             .into_iter()
             .enumerate()
             .map(|(row, values)| {
-                let counts = Counts::new(values, max_cells)
-                    .map_err(|source| TableError::Row { row, source })?;
-                if counts.as_slice().iter().all(|&x| x == 0.0) {
-                    return Err(TableError::ZeroRow { row });
-                }
-                Ok(counts)
+                Counts::new(values, max_cells).map_err(|source| TableError::Row { row, source })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(CountTable { rows })
@@ -410,10 +406,10 @@ mod tests {
                 expected: 2
             }
         );
-        assert_eq!(
-            err(vec![vec![1.0, 2.0], vec![0.0, 0.0]], 10),
-            TableError::ZeroRow { row: 1 }
-        );
+        // An empty group is a row like any other (issue 21).
+        let empty = CountTable::new(vec![vec![1.0, 2.0], vec![0.0, 0.0]], 10).unwrap();
+        assert_eq!(empty.rows()[1].total(), 0.0);
+        CountTable::new(vec![vec![0.0, 0.0]; 3], 10).unwrap();
         assert_eq!(
             err(vec![vec![1.0, 2.0]; 6], 11),
             TableError::TooManyCells { got: 12, max: 11 }
@@ -442,6 +438,144 @@ mod tests {
             check_relation(&Sensitivity::new(2.0, 1.0).unwrap()),
             Err(TableError::CustomRelation)
         );
+    }
+
+    /// Issue 21: the one charge covers the moves that empty a row or fill an empty one — a
+    /// record leaving a one-record group, or joining a group that had none — for every mechanism
+    /// and both relations, against the exact divergences (the property test above draws such
+    /// tables too; these are the cases pinned).
+    #[test]
+    fn moves_into_and_out_of_an_empty_row_are_covered() {
+        let tables = [
+            vec![vec![1.0, 0.0, 0.0], vec![0.0, 0.0, 0.0]],
+            vec![
+                vec![0.0, 0.0, 0.0],
+                vec![0.0, 0.0, 0.0],
+                vec![0.0, 2.0, 5.0],
+            ],
+            vec![vec![0.0, 0.0, 0.0]],
+        ];
+        let draws = [
+            Draw::Dirichlet {
+                r: 1.0,
+                alpha: Prior::uniform(2.0).unwrap(),
+            },
+            Draw::Dirichlet {
+                r: 0.5,
+                alpha: Prior::per_cell(vec![1.0, 3.0, 0.5]).unwrap(),
+            },
+            Draw::Bounded {
+                r: 1.0,
+                alpha: Prior::per_cell(vec![3.0, 1.0, 1.0]).unwrap(),
+                lower: CellValues::PerCell(vec![1.0, 0.0, 0.0]),
+            },
+            Draw::Gaussian { sigma: 2.0 },
+            Draw::Laplace { scale: 2.0 },
+        ];
+        for t in &tables {
+            for draw in &draws {
+                for sens in [Sensitivity::REPLACE_ONE, Sensitivity::ADD_REMOVE_ONE] {
+                    for order in [1.5, 2.0, 5.0] {
+                        let (worst, price) = worst_and_price(t, draw, order, &sens);
+                        if !price.is_finite() {
+                            continue;
+                        }
+                        assert!(
+                            worst.is_finite() && worst <= price * (1.0 + 1e-9),
+                            "{draw:?} {sens:?} λ={order}: {worst} > {price}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Issue 21: an empty group (an all-zero row) is parsed, passes the shape guard and is drawn
+    /// by every mechanism — Dir(α) for the Dirichlet family, noise on zeros projected to the
+    /// simplex for the baselines — and its forecast is finite and claims nothing about x/N,
+    /// which does not exist: the ℓ2 bound is √2, the simplex's diameter.
+    #[test]
+    fn empty_rows_are_drawn_and_forecast_by_every_mechanism() {
+        let t =
+            CountTable::new(vec![vec![0.0; 3], vec![4.0, 0.0, 1.0], vec![0.0; 3]], 100).unwrap();
+        let dirichlet = Draw::Dirichlet {
+            r: 0.5,
+            alpha: Prior::per_cell(vec![1.0, 2.0, 3.0]).unwrap(),
+        };
+        let draws = [
+            Draw::Dirichlet {
+                r: 1.0,
+                alpha: Prior::uniform(2.0).unwrap(),
+            },
+            dirichlet.clone(),
+            // Effective prior α + rL with L = (1, 0, 0): the empty row is below the bound, its
+            // excess max(x − L, 0) is zero, and its draw Dir(α + rL).
+            Draw::Bounded {
+                r: 1.0,
+                alpha: Prior::per_cell(vec![2.0, 1.0, 1.0]).unwrap(),
+                lower: CellValues::PerCell(vec![1.0, 0.0, 0.0]),
+            },
+            Draw::Bounded {
+                r: 1.0,
+                alpha: Prior::per_cell(vec![1.0, 1.0, 1.0]).unwrap(),
+                lower: CellValues::Uniform(0.0),
+            },
+            Draw::Gaussian { sigma: 1.0 },
+            Draw::Laplace { scale: 1.0 },
+        ];
+        for draw in &draws {
+            for sens in [Sensitivity::REPLACE_ONE, Sensitivity::ADD_REMOVE_ONE] {
+                check_shapes(draw, &t, &sens.for_table()).unwrap();
+            }
+            let out = execute(draw, &t).unwrap();
+            for row in out.iter_rows() {
+                assert!(row.iter().all(|v| v.is_finite() && *v >= 0.0), "{draw:?}");
+                assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12, "{draw:?}");
+            }
+            let forecasts = forecasts(draw, &t);
+            match draw {
+                Draw::Gaussian { .. } | Draw::Laplace { .. } => {
+                    assert!(forecasts.iter().all(Option::is_none))
+                }
+                // Below the bound: no forecast, as for any row that breaks it.
+                Draw::Bounded { lower, .. } if lower.at(0) > 0.0 => {
+                    assert!(forecasts[0].is_none() && forecasts[2].is_none())
+                }
+                Draw::Dirichlet { alpha, .. } | Draw::Bounded { alpha, .. } => {
+                    for row in [0, 2] {
+                        let f = forecasts[row]
+                            .as_ref()
+                            .expect("an empty row has a forecast");
+                        assert_eq!(f.l2_bound, std::f64::consts::SQRT_2, "{draw:?}");
+                        let a0 = alpha.total(3);
+                        assert!(
+                            (f.max_cell_variance - 1.0 / (4.0 * (a0 + 1.0))).abs() < 1e-15,
+                            "{draw:?}: {f:?}"
+                        );
+                        assert!(f.kl_tail.is_none());
+                    }
+                    let full = forecasts[1].as_ref().unwrap();
+                    assert!(full.l2_bound.is_finite() && full.max_cell_variance.is_finite());
+                }
+                Draw::Exponential { .. } => unreachable!(),
+            }
+        }
+        // The empty rows are Dir(α): their mean is α/α₀ = (1, 2, 3)/6.
+        let mut mean = [0.0; 3];
+        let trials = 3000;
+        for _ in 0..trials {
+            let out = execute(&dirichlet, &t).unwrap();
+            for row in [0, 2] {
+                let y = out.iter_rows().nth(row).unwrap();
+                mean.iter_mut().zip(y).for_each(|(m, v)| *m += v);
+            }
+        }
+        for (i, m) in mean.iter().enumerate() {
+            let m = m / (2.0 * trials as f64);
+            let want = (i + 1) as f64 / 6.0;
+            // sd of the mean ≤ √(1/(4·7)/6000) ≈ 0.0024.
+            assert!((m - want).abs() < 0.015, "cell {i}: {m} vs {want}");
+        }
     }
 
     #[test]

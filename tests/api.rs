@@ -1458,11 +1458,6 @@ async fn invalid_tables_and_labels_are_refused(backend: Backend) {
             "row 1 has 3",
         ),
         (
-            json!({"table": [[5, 3], [0, 0]], "epsilon": 0.1}),
-            "table",
-            "row 1 is all zeros",
-        ),
-        (
             json!({"table": [[5], [3]], "epsilon": 0.1}),
             "table",
             "at least 2 cells",
@@ -1698,6 +1693,205 @@ async fn a_summary_listing_omits_outputs_and_mechanisms(backend: Backend) {
     assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
 }
 
+/// Issue 21 item 1: an empty group — a table row of zeros, or a vector of zeros — is released
+/// like any other, by every mechanism, at the price of the same request on a table without it
+/// (the price never depends on the counts); its forecast is finite and claims nothing
+/// (`l2_bound` √2: x/N does not exist). The exponential mechanism's n = 0 has one candidate,
+/// the prior, whose mean is the output.
+async fn empty_groups_are_released_like_any_other(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(4.0, 1000.0).await;
+    let releases = format!("/v1/datasets/{id}/releases");
+    let preview_path = format!("{releases}/preview");
+    let preview = |body: Value| {
+        let app = &app;
+        let path = &preview_path;
+        async move {
+            let response = app.post(path, ADMIN_TOKEN, &body).await;
+            assert_eq!(response.status(), StatusCode::OK, "{body}");
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let with_empty = json!([[0, 0, 0, 0], [12, 0, 3, 1], [0, 0, 0, 0]]);
+    let without = json!([[12, 0, 3, 1]]);
+    let zeros = json!([0, 0, 0, 0]);
+    // (mechanism, whether the empty rows get a Dirichlet forecast)
+    let mechanisms = [
+        (json!({"epsilon": 0.5}), true),
+        (
+            json!({"epsilon": 0.5, "mechanism": "posterior", "r": 0.5}),
+            true,
+        ),
+        (
+            json!({"epsilon": 0.5, "mechanism": "diffuse", "alpha": [1, 2, 3, 4]}),
+            true,
+        ),
+        (
+            json!({"mechanism": "explicit", "r": 0.1, "alpha": 5.0}),
+            true,
+        ),
+        (
+            json!({"epsilon": 0.5, "mechanism": "posterior", "prior_shape": [1, 2, 3, 4]}),
+            true,
+        ),
+        // Empty rows are below a bound L > 0: no forecast, as for any row that breaks it.
+        (
+            json!({"epsilon": 0.5, "mechanism": "dirichlet", "lower_bound": 1}),
+            false,
+        ),
+        (
+            json!({"mechanism": "explicit", "r": 0.1, "alpha": 5, "lower_bound": [0, 1, 1, 1]}),
+            false,
+        ),
+        (json!({"epsilon": 0.5, "mechanism": "gaussian"}), false),
+        (json!({"mechanism": "gaussian", "sigma": 3.0}), false),
+        (json!({"epsilon": 0.5, "mechanism": "laplace"}), false),
+        (json!({"mechanism": "laplace", "scale": 4.0}), false),
+    ];
+    let with = |base: &Value, key: &str, value: &Value| {
+        let mut body = base.clone();
+        body[key] = value.clone();
+        body
+    };
+    let mut spent = 0.0;
+    for (mechanism, forecast) in &mechanisms {
+        let kind = mechanism
+            .get("mechanism")
+            .cloned()
+            .unwrap_or(json!("dirichlet"));
+        let table = preview(with(mechanism, "table", &with_empty)).await;
+        let reference = preview(with(mechanism, "table", &without)).await;
+        assert_eq!(table["cost"], reference["cost"], "{mechanism}");
+        assert_eq!(table["mechanism"], reference["mechanism"], "{mechanism}");
+        let forecasts = table["forecasts"].as_array().unwrap();
+        assert_eq!(forecasts.len(), 3);
+        for row in [0, 2] {
+            let f = &forecasts[row];
+            if *forecast {
+                assert_eq!(
+                    f["l2_bound"],
+                    json!(std::f64::consts::SQRT_2),
+                    "{mechanism}"
+                );
+                let v = f["max_cell_variance"].as_f64().unwrap();
+                assert!(v.is_finite() && v > 0.0, "{mechanism}: {f}");
+                assert!(f["kl_tail"].is_null());
+            } else {
+                assert!(f.is_null(), "{mechanism}: {f}");
+            }
+        }
+        let response = app
+            .post(
+                &releases,
+                ADMIN_TOKEN,
+                &with(mechanism, "table", &with_empty),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED, "{mechanism}");
+        let released: Value = response.json().await.unwrap();
+        assert_table(&released["distributions"], 3, 4);
+        assert_eq!(released["mechanism"]["kind"], kind);
+        assert_eq!(released["cost"], table["cost"]);
+        spent += released["cost"]["epsilon"].as_f64().unwrap();
+
+        // A vector of zeros, the same way (priced as a vector: a per-cell prior may price a
+        // table higher, docs/PRIVACY.md "Tables").
+        let vector = preview(with(mechanism, "counts", &zeros)).await;
+        let reference = preview(with(mechanism, "counts", &without[0])).await;
+        assert_eq!(vector["cost"], reference["cost"], "{mechanism}");
+        if *forecast {
+            let f = &vector["forecast"];
+            assert_eq!(
+                f["l2_bound"],
+                json!(std::f64::consts::SQRT_2),
+                "{mechanism}"
+            );
+            assert!(f["max_cell_variance"].as_f64().unwrap().is_finite());
+        } else {
+            assert!(vector["forecast"].is_null(), "{mechanism}");
+        }
+        let response = app
+            .post(&releases, ADMIN_TOKEN, &with(mechanism, "counts", &zeros))
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED, "{mechanism}");
+        let released: Value = response.json().await.unwrap();
+        assert_distribution(&released["distribution"], 4);
+        spent += released["cost"]["epsilon"].as_f64().unwrap();
+    }
+    assert!((app.budget(&id).await["spent"].as_f64().unwrap() - spent).abs() < 1e-9);
+
+    // The exponential mechanism at n = 0: one candidate, the prior; its mean is the output.
+    let body = json!({"counts": [0, 0], "mechanism": "exponential", "epsilon": 1, "prior": [2, 3]});
+    let priced = preview(body.clone()).await;
+    assert_eq!(priced["mechanism"]["n"], 0);
+    assert_eq!(priced["mechanism"]["sensitivity"], 0.0);
+    let bound = priced["forecast"]["hellinger_bound"].as_f64().unwrap();
+    assert!(bound > 0.0 && bound <= 1.0, "{priced}");
+    let response = app.post(&releases, ADMIN_TOKEN, &body).await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let released: Value = response.json().await.unwrap();
+    assert_eq!(released["distribution"], json!([0.4, 0.6]));
+    assert_eq!(released["mechanism"]["selected"], 0);
+    assert_eq!(released["mechanism"]["posterior"], json!([2.0, 3.0]));
+    assert_eq!(released["cost"], priced["cost"]);
+}
+
+/// Issue 21 item 5: exponential parameters whose computation f64 cannot represent are refused
+/// with the field named, before anything is drawn or charged.
+async fn unrepresentable_exponential_parameters_are_refused(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(4.0, 10.0).await;
+    for (body, field) in [
+        // schemathesis's case: lnΓ(4.79e307) overflows.
+        (
+            json!({"counts": [1, 0], "mechanism": "exponential", "epsilon": 9e-56, "prior": [5e-324, 4.79e307]}),
+            "prior",
+        ),
+        (
+            json!({"counts": [1, 0], "mechanism": "exponential", "epsilon": 1, "prior": [5e-324, 4.79e307]}),
+            "prior",
+        ),
+        // Under the cap, but every distance cancels to 0 (Δ_g would be published as 0).
+        (
+            json!({"counts": [1, 0], "mechanism": "exponential", "epsilon": 1, "prior": [1, 562949953421312.0]}),
+            "prior",
+        ),
+        (
+            json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 1, "prior": [2, 1.2e15]}),
+            "prior",
+        ),
+    ] {
+        for path in ["releases/preview", "releases"] {
+            let response = app
+                .post(&format!("/v1/datasets/{id}/{path}"), ADMIN_TOKEN, &body)
+                .await;
+            let problem = assert_problem(
+                response,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-request",
+            )
+            .await;
+            assert_eq!(problem["field"], field, "{body}: {problem}");
+        }
+    }
+    assert_eq!(app.budget(&id).await["releases"], 0);
+    // The case's ε alone is no problem: the selection runs at ε_run = 0 (uniform) and is
+    // charged no more than asked — here 0.
+    for epsilon in [9e-56, 2f64.powi(-40)] {
+        let response = app
+            .post(
+                &format!("/v1/datasets/{id}/releases"),
+                ADMIN_TOKEN,
+                &json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": epsilon}),
+            )
+            .await;
+        assert_eq!(response.status(), StatusCode::CREATED);
+        let released: Value = response.json().await.unwrap();
+        assert!(released["cost"]["epsilon"].as_f64().unwrap() <= epsilon);
+    }
+    assert_eq!(app.budget(&id).await["releases"], 2);
+}
+
 on_both_backends!(
     exact_splits_and_exact_pricing,
     a_timed_out_release_is_a_problem_and_never_half_written,
@@ -1714,4 +1908,6 @@ on_both_backends!(
     tables_are_released_for_the_price_of_one_vector,
     invalid_tables_and_labels_are_refused,
     a_summary_listing_omits_outputs_and_mechanisms,
+    empty_groups_are_released_like_any_other,
+    unrepresentable_exponential_parameters_are_refused,
 );

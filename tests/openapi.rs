@@ -1171,6 +1171,10 @@ async fn every_response_matches_the_description(backend: Backend) {
         json!({"counts": [30, 12], "mechanism": "exponential", "epsilon": 1}),
         json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 0.2, "prior": [2, 3]}),
         json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 0.2, "label": "a rate"}),
+        // Empty groups (issue 21): n = 0 has one candidate, the prior.
+        json!({"counts": [0, 0], "mechanism": "exponential", "epsilon": 1, "prior": [2, 3]}),
+        json!({"counts": [0, 0, 0, 0], "epsilon": 0.5, "mechanism": "posterior"}),
+        json!({"counts": [0, 0, 0, 0], "epsilon": 0.5, "mechanism": "laplace"}),
     ] {
         let mechanism = body.get("mechanism").cloned().unwrap_or(json!("dirichlet"));
         let priced = api
@@ -1209,6 +1213,10 @@ async fn every_response_matches_the_description(backend: Backend) {
         json!({"table": table, "epsilon": 0.5, "mechanism": "gaussian"}),
         json!({"table": table, "mechanism": "laplace", "scale": 4.0}),
         json!({"table": [[1, 2]], "epsilon": 0.5}),
+        // Empty groups are rows like any other (issue 21).
+        json!({"table": [[0, 0, 0], [4, 0, 1], [0, 0, 0]], "epsilon": 0.5}),
+        json!({"table": [[0, 0, 0], [4, 0, 1]], "epsilon": 0.5, "mechanism": "gaussian"}),
+        json!({"table": [[0, 0], [0, 0]], "mechanism": "explicit", "r": 0.1, "alpha": 5.0}),
         // A table with a lower bound gets `without_bound` (no `gohari`); with a prior shape.
         json!({"table": table, "epsilon": 0.5, "mechanism": "diffuse", "alpha": [1, 2, 3, 4], "lower_bound": [1, 0, 0, 2]}),
         json!({"table": table, "epsilon": 0.5, "mechanism": "posterior", "prior_shape": [1, 2, 3, 4]}),
@@ -1385,7 +1393,6 @@ async fn every_response_matches_the_description(backend: Backend) {
         (json!({"table": [], "epsilon": 0.1}), true),
         (json!({"table": ok, "epsilon": 0.1}), true),
         (json!({"table": [[5, 3], [1, 1, 1]], "epsilon": 0.1}), false),
-        (json!({"table": [[5, 3], [0, 0]], "epsilon": 0.1}), true),
         (json!({"table": [[5], [3]], "epsilon": 0.1}), true),
         (json!({"table": [[5, -3]], "epsilon": 0.1}), true),
         (json!({"table": null, "counts": ok, "epsilon": 0.1}), true),
@@ -1414,6 +1421,16 @@ async fn every_response_matches_the_description(backend: Backend) {
         ),
         (
             json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 500}),
+            false,
+        ),
+        // Issue 21 item 5 (schemathesis): lnΓ of β = 4.79e307 overflows; the preview answered
+        // 200 with a body that broke its own schema.
+        (
+            json!({"counts": [1, 0], "mechanism": "exponential", "epsilon": 9e-56, "prior": [5e-324, 4.79e307]}),
+            false,
+        ),
+        (
+            json!({"counts": [1, 0], "mechanism": "exponential", "epsilon": 1, "prior": [1, 4.79e307]}),
             false,
         ),
         (
@@ -2162,6 +2179,109 @@ async fn reported_server_bugs(backend: Backend) {
     );
 }
 
+/// Issue 21 item 5: schemathesis found an `exponential` preview (prior [5e-324, 4.79e307],
+/// ε = 9e-56) whose 200 body broke the response schema (lnΓ overflowed: `sensitivity` 0,
+/// `sensitivity_used` null). Every preview here, of every mechanism, with parameters at the edges
+/// of f64, must answer as openapi.yaml describes (`send` checks the body against the schema);
+/// the exponential cases f64 cannot carry are 422 with the field named.
+async fn previews_at_the_edges_of_f64_match_the_description(backend: Backend) {
+    let spec = Spec::load();
+    let app = spawn_app(backend).await;
+    let api = Api::new(&app, &spec);
+    let id = api
+        .call("createDataset", "/v1/datasets")
+        .json(json!({"name": "edges", "budget": {"order": 2, "epsilon": 8192}, "neighbouring": "replace_one"}))
+        .expect(201)
+        .await
+        .id();
+    let preview = format!("/v1/datasets/{id}/releases/preview");
+    let refused = [
+        (
+            json!({"counts": [1, 0], "mechanism": "exponential", "epsilon": 9e-56, "prior": [5e-324, 4.79e307]}),
+            "prior",
+        ),
+        (
+            json!({"counts": [1, 0], "mechanism": "exponential", "epsilon": 1, "prior": [5e-324, 4.79e307]}),
+            "prior",
+        ),
+        (
+            json!({"counts": [0, 1], "mechanism": "exponential", "epsilon": 5, "prior": [4.79e307, 5e-324]}),
+            "prior",
+        ),
+        (
+            json!({"counts": [1, 0], "mechanism": "exponential", "epsilon": 1, "prior": [1, 562949953421312.0]}),
+            "prior",
+        ),
+    ];
+    for (body, field) in refused {
+        let checked = api
+            .call("previewRelease", &preview)
+            .json(body.clone())
+            .problem(422, "invalid-request")
+            .await;
+        assert_eq!(checked.body["field"], field, "{body}: {}", checked.body);
+    }
+    // Whatever the answer, it is one the description allows.
+    let tiny = 5e-324;
+    let huge = 1.7e308;
+    let mut bodies = Vec::new();
+    for prior in [
+        json!([tiny, 1]),
+        json!([1, tiny]),
+        json!([tiny, tiny]),
+        json!([1e-300, 1e14]),
+    ] {
+        for epsilon in [2f64.powi(-40), 1e-6, 1.0, 30.0, huge] {
+            for counts in [json!([0, 0]), json!([1, 0]), json!([7, 3])] {
+                bodies.push(json!({"counts": counts, "mechanism": "exponential", "epsilon": epsilon, "prior": prior}));
+            }
+        }
+    }
+    for counts in [json!([0, 0, 0]), json!([1e15, 0, 3])] {
+        for epsilon in [tiny, 1e-300, 1e-12, 1.0, 8192.0, huge] {
+            bodies.push(json!({"counts": counts, "epsilon": epsilon}));
+            bodies.push(
+                json!({"counts": counts, "epsilon": epsilon, "mechanism": "posterior", "r": huge}),
+            );
+            bodies.push(
+                json!({"counts": counts, "epsilon": epsilon, "mechanism": "posterior", "r": tiny}),
+            );
+            bodies.push(json!({"counts": counts, "epsilon": epsilon, "mechanism": "diffuse", "alpha": [tiny, 1, huge]}));
+            bodies.push(json!({"counts": counts, "epsilon": epsilon, "mechanism": "gaussian"}));
+            bodies.push(json!({"counts": counts, "epsilon": epsilon, "mechanism": "laplace"}));
+            bodies.push(json!({"counts": counts, "epsilon": epsilon, "prior": huge}));
+            bodies.push(json!({"counts": counts, "epsilon": epsilon, "prior": tiny}));
+            bodies.push(json!({"counts": counts, "epsilon": epsilon, "lower_bound": huge}));
+            bodies.push(json!({"counts": counts, "epsilon": epsilon, "mechanism": "posterior", "lower_bound": [tiny, 1, 1e15], "prior_shape": [tiny, huge, 1]}));
+            bodies.push(json!({"table": [counts.clone(), counts.clone()], "epsilon": epsilon, "mechanism": "diffuse", "alpha": tiny, "lower_bound": [1, tiny, 0]}));
+        }
+        for (r, alpha) in [
+            (tiny, tiny),
+            (tiny, huge),
+            (huge, tiny),
+            (huge, huge),
+            (1e-170, 1e-168),
+        ] {
+            bodies.push(json!({"counts": counts, "mechanism": "explicit", "r": r, "alpha": alpha}));
+            bodies.push(json!({"counts": counts, "mechanism": "explicit", "r": r, "alpha": [alpha, 1, 0], "lower_bound": [0, 0, huge]}));
+        }
+        for value in [tiny, 1e-300, 1.0, 4.5e15, huge] {
+            bodies.push(json!({"counts": counts, "mechanism": "gaussian", "sigma": value}));
+            bodies.push(json!({"counts": counts, "mechanism": "laplace", "scale": value}));
+            bodies.push(
+                json!({"counts": counts, "mechanism": "laplace", "scale": value, "epsilon": tiny}),
+            );
+        }
+    }
+    let mut answered = std::collections::BTreeMap::new();
+    for body in bodies {
+        let checked = api.call("previewRelease", &preview).json(body).send().await;
+        *answered.entry(checked.status).or_insert(0) += 1;
+    }
+    println!("statuses: {answered:?}");
+    assert!(answered.get(&200).is_some_and(|n| *n > 50), "{answered:?}");
+}
+
 // ------------------------------------------------------------------------------ the checks themselves
 
 fn reply(status: u16, headers: &[(&str, &str)], body: &str) -> Reply {
@@ -2386,7 +2506,8 @@ fn the_checks_can_fail() {
 
 on_both_backends!(
     routes_match_the_description,
-    every_response_matches_the_description
+    every_response_matches_the_description,
+    previews_at_the_edges_of_f64_match_the_description
 );
 
 mod reported {

@@ -149,9 +149,11 @@ async fn exponential_releases_a_selected_posterior(backend: Backend) {
             json!({"counts": [30, 30], "mechanism": "exponential", "epsilon": 1.0}),
             "counts",
         ),
+        // (n = 0 is released: one candidate, the prior — issue 21.) A prior whose lnΓ
+        // overflows is refused with its field (issue 21 item 5).
         (
-            json!({"counts": [0, 0], "mechanism": "exponential", "epsilon": 1.0}),
-            "counts",
+            json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 1.0, "prior": [5e-324, 4.79e307]}),
+            "prior",
         ),
         (
             json!({"counts": [3, 7], "mechanism": "exponential"}),

@@ -114,7 +114,10 @@ pub fn command(name: &'static str, about: &'static str) -> Command {
         )
 }
 
+#[derive(Clone)]
 pub struct Args {
+    /// `--short` was given.
+    pub short: bool,
     pub url: Option<String>,
     pub admin_token: Option<String>,
     pub data: PathBuf,
@@ -145,6 +148,7 @@ impl Args {
             return Err("--repetitions must be at least 1".into());
         }
         Ok(Args {
+            short,
             url: m.get_one::<String>("url").cloned(),
             admin_token: m
                 .get_one::<String>("admin-token")
@@ -280,9 +284,30 @@ impl Encoded {
     /// values in the whole file, taken as the public domain of the attribute. Every other column is cut into `BINS` quantile bins on
     /// the training rows only.
     pub fn new(frame: &Frame, seed: u64, categorical: &[&str]) -> Result<Encoded> {
+        Self::with_edges(frame, seed, categorical, &[])
+    }
+
+    /// [`Encoded::new`], except that the columns named in `fixed` are cut at the edges given
+    /// (public, chosen without looking at the data) instead of at training quantiles: some of
+    /// their bins may then hold no training record — an empty group.
+    pub fn with_edges(
+        frame: &Frame,
+        seed: u64,
+        categorical: &[&str],
+        fixed: &[(&str, Vec<f64>)],
+    ) -> Result<Encoded> {
         let (train_rows, test_rows) = split(frame.rows.len(), seed);
         let mut encodings = Vec::with_capacity(frame.columns.len());
         for (j, name) in frame.columns.iter().enumerate() {
+            if let Some((_, edges)) = fixed.iter().find(|(n, _)| n == name) {
+                let increasing =
+                    edges.iter().all(|e| e.is_finite()) && edges.windows(2).all(|w| w[0] < w[1]);
+                if edges.is_empty() || !increasing {
+                    return Err(format!("the edges of `{name}` must be increasing").into());
+                }
+                encodings.push(Encoding::Bins(edges.clone()));
+                continue;
+            }
             let column = || frame.rows.iter().map(move |r| r[j].as_str());
             let numeric = column().all(|v| v.parse::<f64>().is_ok_and(f64::is_finite));
             let mut levels: Vec<String> = column().map(str::to_string).collect();
@@ -803,25 +828,9 @@ pub async fn run_experiment(
     tables: &[CountTable],
     score: impl Fn(&Fitted) -> Scores,
 ) -> Result<()> {
-    let empty: Vec<String> = tables
-        .iter()
-        .flat_map(|t| {
-            t.rows
-                .iter()
-                .enumerate()
-                .filter(|(_, row)| row.iter().all(|&c| c == 0.0))
-                .map(move |(i, _)| format!("{} row {i}", t.label))
-        })
-        .collect();
-    if !empty.is_empty() {
-        // Checked before anything is spent. The service refuses a table with an all-zero row,
-        // and leaving the row out would publish that its group is empty.
-        return Err(format!(
-            "these rows have no training records (choose groups that all occur): {}",
-            empty.join("; ")
-        )
-        .into());
-    }
+    // Rows with no training records (empty groups) are released like any other: dropping them
+    // would publish which groups are empty. Counted here for the summary line only.
+    let empty = empty_rows(tables);
     let started = Instant::now();
     let service = Service::connect(args).await?;
     let mut results = Results::default();
@@ -860,8 +869,9 @@ pub async fn run_experiment(
     let releases = service.releases.load(std::sync::atomic::Ordering::Relaxed);
     service.shutdown().await?;
     println!(
-        "\n{example}: {} tables per model, split {} per table; {} {} in {:.1} s{}",
+        "\n{example}: {} tables per model ({empty} of their {} rows empty: no training record), split {} per table; {} {} in {:.1} s{}",
         tables.len(),
+        tables.iter().map(|t| t.rows.len()).sum::<usize>(),
         if args.row_by_row {
             "row by row (every row charged)"
         } else {
@@ -888,6 +898,15 @@ pub async fn run_experiment(
         return Err("a model's ledger did not spend exactly its budget".into());
     }
     Ok(())
+}
+
+/// How many rows of `tables` count no training record.
+pub fn empty_rows(tables: &[CountTable]) -> usize {
+    tables
+        .iter()
+        .flat_map(|t| &t.rows)
+        .filter(|row| row.iter().all(|&c| c == 0.0))
+        .count()
 }
 
 #[cfg(test)]
@@ -979,6 +998,65 @@ mod tests {
         let smoothed = maximum_likelihood(&tables, 1.0);
         assert_eq!(smoothed[0][0], vec![4.0 / 7.0, 2.0 / 7.0, 1.0 / 7.0]);
         assert_eq!(uniform(&tables)[0][0], vec![1.0 / 3.0; 3]);
+    }
+
+    /// Issue 21: tables with empty rows (and an all-zero vector) go through an in-process
+    /// service for every mechanism, as one release each and row by row: every row comes back a
+    /// distribution and every ledger spends exactly its budget.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn empty_rows_are_released_through_the_service() {
+        let tables = vec![
+            CountTable {
+                label: "with empty groups".into(),
+                rows: vec![vec![0.0; 3], vec![5.0, 0.0, 2.0], vec![0.0; 3]],
+            },
+            CountTable {
+                label: "no records at all".into(),
+                rows: vec![vec![0.0, 0.0]],
+            },
+        ];
+        assert_eq!(empty_rows(&tables), 3);
+        for row_by_row in [false, true] {
+            let args = Args {
+                short: true,
+                url: None,
+                admin_token: None,
+                data: PathBuf::new(),
+                seed: 1,
+                epsilons: vec![1.0],
+                repetitions: 1,
+                order: PAPER_ORDER,
+                row_by_row,
+                out: None,
+            };
+            let service = Service::connect(&args).await.unwrap();
+            for mechanism in PRIVATE_MECHANISMS {
+                let fit = fit_private(&service, mechanism, &tables, mechanism, 1.0, PAPER_ORDER)
+                    .await
+                    .unwrap();
+                for (table, fitted) in tables.iter().zip(&fit.tables) {
+                    assert_eq!(fitted.len(), table.rows.len());
+                    for row in fitted {
+                        assert_eq!(row.len(), table.rows[0].len());
+                        assert!(row.iter().all(|p| p.is_finite() && *p >= 0.0));
+                        assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-9, "{row:?}");
+                    }
+                }
+                let mut results = Results::default();
+                results.add(
+                    mechanism,
+                    Some(1.0),
+                    &vec![("m", 0.0)],
+                    Some((fit.spent, fit.budget, fit.releases)),
+                );
+                assert!(
+                    results.budget_failures.is_empty(),
+                    "{mechanism}: {:?}",
+                    results.budget_failures
+                );
+            }
+            service.shutdown().await.unwrap();
+        }
     }
 
     #[test]

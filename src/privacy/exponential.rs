@@ -10,6 +10,13 @@
 //! deliberately absent: 002 itself calls the first "non differential privacy" and proves no
 //! privacy theorem for the second (research note §2.2).
 //!
+//! Parameters: n = 0 (an empty group) is allowed. There is then one candidate, the prior
+//! Beta(α, β), which is also the exact posterior: the selection is constant, reveals nothing,
+//! and is charged like any other (the charge is an upper bound on a divergence of 0); its
+//! output is the prior mean. α + β + n is capped at [`MAX_PARAMETER_TOTAL`] and a prior whose
+//! computed distances are not finite numbers in [0, 1] is refused (issue 21: a prior of
+//! [5e-324, 4.79e307] overflowed lnΓ, and the preview published a sensitivity of 0 and null).
+//!
 //! Guarantee and price: with weights exp(ε·u/(2Δ)) the selection is ε-bounded-range (the
 //! log-ratio P[j|x]/P[j|x′] varies over j by at most ε·2Δ/(2Δ)), hence ε-DP and
 //! ε²/8-zCDP (Cesar & Rogers, "Bounding, Concentrating, and Truncating", ALT 2021: ε-bounded
@@ -45,13 +52,21 @@ const RUN_SLACK_ABS: f64 = 1e-10;
 const RUN_SLACK_REL: f64 = 1e-12;
 /// The integer weights need at least this many bits for the smallest candidate.
 const MIN_WEIGHT_BITS: i32 = 40;
+/// The largest α + β + n (2⁵⁰, the Dirichlet sampler's shape cap): below it the candidates'
+/// parameters α + j and β + n − j are a unit apart in f64 (an ulp is at most 2⁻²), and lnΓ of
+/// them stays below 2⁵⁶, so the error bound E of the computed distances is a finite number.
+pub const MAX_PARAMETER_TOTAL: f64 = 1_125_899_906_842_624.0;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ExponentialError {
     #[error("the prior's parameters must be finite numbers > 0")]
     InvalidPrior,
-    #[error("the exponential mechanism needs n >= 1 records")]
-    Empty,
+    /// α + β + n above [`MAX_PARAMETER_TOTAL`] (module documentation, "Parameters").
+    #[error("the prior is too large: alpha + beta + n must be at most 2^50, beyond which the candidates' Beta parameters no longer differ by exact unit steps and their log-gamma values lose the digits the Hellinger distances need")]
+    PriorTooLarge,
+    /// A computed distance or its error bound is not a finite number in range (fail closed).
+    #[error("the Hellinger distances between these candidates are lost to floating-point rounding (their maximum computes as 0 or as no finite number): the prior is too large for this n; choose smaller prior parameters")]
+    NotRepresentable,
     #[error("epsilon {epsilon} is too large for the exponential mechanism with these n and prior: the least likely candidate would have a probability below what the sampler represents exactly (epsilon must be at most {max_epsilon})")]
     EpsilonTooLarge { epsilon: f64, max_epsilon: f64 },
     #[error("epsilon must be a finite number > 0")]
@@ -71,10 +86,25 @@ impl BetaCandidates {
         if !(alpha.is_finite() && alpha > 0.0 && beta.is_finite() && beta > 0.0) {
             return Err(ExponentialError::InvalidPrior);
         }
-        if n == 0 {
-            return Err(ExponentialError::Empty);
+        // Finite: α and β are finite, and n < 2⁶⁴.
+        if alpha + beta + n as f64 > MAX_PARAMETER_TOTAL {
+            return Err(ExponentialError::PriorTooLarge);
         }
-        Ok(Self { n, alpha, beta })
+        let candidates = Self { n, alpha, beta };
+        // Fail closed: every figure the release divides by or publishes must be a finite
+        // number in its range. Below the cap a large prior can still cancel every digit of
+        // the distances (prior [1, 2⁴⁹] at n = 1: its two candidates compute as H = 0).
+        let sensitivity = candidates.global_sensitivity();
+        let used = candidates.sensitivity_used();
+        let in_range = sensitivity.is_finite()
+            && sensitivity <= 1.0
+            && (n == 0 || sensitivity > 0.0)
+            && used.is_finite()
+            && used > 0.0;
+        if !in_range {
+            return Err(ExponentialError::NotRepresentable);
+        }
+        Ok(candidates)
     }
     pub fn n(&self) -> u64 {
         self.n
@@ -127,7 +157,12 @@ impl BetaCandidates {
 
     /// The largest ε whose integer weights stay exact enough (module documentation, point 2),
     /// given the number of candidates.
+    ///
+    /// With n = 0 there is one candidate, whose weight is 2^K whatever ε: no limit.
     pub fn max_epsilon(&self) -> f64 {
+        if self.n == 0 {
+            return f64::INFINITY;
+        }
         let k = weight_exponent(self.n);
         2.0 * self.sensitivity_used() * f64::from(k - MIN_WEIGHT_BITS) * std::f64::consts::LN_2
     }
@@ -569,6 +604,67 @@ mod tests {
         }
         // Tiny ε leaves ε_run = 0 (uniform selection): the bound is the trivial 1.
         assert_eq!(c.hellinger_bound(1e-11, 0.05), 1.0);
+    }
+
+    /// Issue 21: n = 0 (an empty group) has one candidate, the prior, which is also the exact
+    /// posterior: every ε is accepted, the selection is always 0, the forecast stays a valid
+    /// bound in (0, 1].
+    #[test]
+    fn n_0_is_one_candidate_the_prior() {
+        let c = BetaCandidates::new(0, 2.0, 3.0).unwrap();
+        assert_eq!(c.global_sensitivity(), 0.0);
+        assert!(c.sensitivity_used() > 0.0 && c.sensitivity_used().is_finite());
+        assert_eq!(c.max_epsilon(), f64::INFINITY);
+        let mut rng = test_rng(3);
+        for eps in [1e-12, 1.0, 1e6] {
+            assert_eq!(c.weights(0, eps).unwrap(), vec![1u128 << 126]);
+            assert_eq!(c.select(0, eps, &mut rng).unwrap(), 0);
+            let bound = c.hellinger_bound(eps, 0.05);
+            assert!(bound > 0.0 && bound <= 1.0, "{bound}");
+        }
+        assert_eq!(c.candidate(0), (2.0, 3.0));
+    }
+
+    /// Issue 21 item 5: a prior whose lnΓ overflows (schemathesis: [5e-324, 4.79e307]) gave a
+    /// Δ_g of 0 and a Δ̃ of +∞; such priors are refused, and every accepted prior has
+    /// finite figures in range.
+    #[test]
+    fn unrepresentable_priors_are_refused() {
+        for (n, a, b) in [
+            (1, 5e-324, 4.79e307),
+            (1, 4.79e307, 5e-324),
+            (10, 1.0, 1e300),
+            (3, 2.0, 1.2e15),
+        ] {
+            assert!(
+                matches!(
+                    BetaCandidates::new(n, a, b),
+                    Err(ExponentialError::PriorTooLarge)
+                ),
+                "n={n} ({a}, {b})"
+            );
+        }
+        let mut accepted = 0;
+        for n in [0u64, 1, 2, 10, 1000] {
+            for a in [5e-324, 1e-300, 1e-10, 0.5, 1.0, 1e6, 1e14] {
+                for b in [5e-324, 1e-300, 1.0, 1e12, 2f64.powi(49)] {
+                    match BetaCandidates::new(n, a, b) {
+                        Ok(c) => {
+                            accepted += 1;
+                            let (s, u) = (c.global_sensitivity(), c.sensitivity_used());
+                            assert!((0.0..=1.0).contains(&s), "n={n} ({a}, {b}): {s}");
+                            assert!(u.is_finite() && u >= s && u > 0.0, "n={n} ({a}, {b}): {u}");
+                            let bound = c.hellinger_bound(1.0, 0.05);
+                            assert!(bound > 0.0 && bound <= 1.0);
+                            assert!(c.max_epsilon() > 0.0);
+                        }
+                        Err(e) => println!("n={n} ({a}, {b}): {e}"),
+                    }
+                }
+            }
+        }
+        println!("{accepted} priors accepted");
+        assert!(accepted > 100);
     }
 
     #[test]

@@ -198,6 +198,22 @@ mod tests {
             .is_none());
     }
 
+    /// Issue 21: an empty group (N = 0) gets a finite forecast that claims nothing about x/N
+    /// (which does not exist): ℓ2 bound √2, Dir(α)'s variance bound, no KL tail — for any valid
+    /// r and prior, tiny or huge.
+    #[test]
+    fn an_empty_group_has_a_finite_forecast_that_claims_nothing() {
+        for r in [1e-300, 1e-6, 1.0, 1e12] {
+            for (total, min, d) in [(2.0, 1.0, 2), (1e-300, 1e-301, 10), (3e15, 1e15, 3)] {
+                let f = dirichlet_forecast(r, total, min, 0.0, d, 0.05);
+                assert_eq!(f.l2_bound, std::f64::consts::SQRT_2);
+                assert_eq!(f.max_cell_variance, 1.0 / (4.0 * (total + 1.0)));
+                assert!(f.max_cell_variance.is_finite() && f.max_cell_variance > 0.0);
+                assert!(f.kl_tail.is_none());
+            }
+        }
+    }
+
     #[test]
     fn invalid_input_is_nan_not_a_finite_guess() {
         for f in [

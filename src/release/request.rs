@@ -20,6 +20,7 @@ use super::seeds::{self, BoundedMode, BoundedSpec, ExponentialSpec};
 use super::{Draw, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
 use crate::ledger::{Label, Output};
 use crate::privacy::bounded::CellValues;
+use crate::privacy::exponential::BetaCandidates;
 use crate::privacy::types::Relation;
 use crate::privacy::{Counts, Epsilon, Order, Prior, Sensitivity};
 use crate::table::{self, CountTable};
@@ -740,12 +741,14 @@ fn parse_exponential(
             "the exponential mechanism needs whole-number counts",
         ));
     }
+    // n = 0 (an empty group) is released like any other: one candidate, the prior
+    // (`privacy::exponential`, "Parameters").
     let n = x[0] + x[1];
     let max_n = ctx.max_exponential_n;
-    if n < 1.0 || n > max_n as f64 {
+    if n > max_n as f64 {
         return Err(RequestError::new(
             "counts",
-            format!("the exponential mechanism needs 1 <= counts[0] + counts[1] <= {max_n} (the configured max_exponential_n)"),
+            format!("the exponential mechanism needs counts[0] + counts[1] <= {max_n} (the configured max_exponential_n)"),
         ));
     }
     let prior = match &body.prior {
@@ -760,6 +763,9 @@ fn parse_exponential(
             ))
         }
     };
+    // The prior is checked here, with its field, rather than later as a bare plan error.
+    BetaCandidates::new(n as u64, prior.0, prior.1)
+        .map_err(|e| RequestError::new("prior", format!("prior [alpha, beta]: {e}")))?;
     Ok(Spec::Exponential(ExponentialSpec {
         epsilon,
         prior,
