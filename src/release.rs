@@ -492,7 +492,7 @@ pub fn check_shapes(draw: &Draw, counts: &Counts, sens: &Sensitivity) -> Result<
             // rΔ∞ rounded down (the price assumes the real product clears the bar).
             let shift = r * sens.linf();
             let shift = if r.mul_add(sens.linf(), -shift) < 0.0 {
-                shift.next_down()
+                crate::privacy::exact::next_down(shift)
             } else {
                 shift
             };
@@ -900,7 +900,7 @@ mod realised_shift_tests {
         if lo + d == hi && hi - d == lo {
             d
         } else {
-            d.next_up()
+            crate::privacy::exact::next_up(d)
         }
     }
 
@@ -1020,6 +1020,50 @@ mod realised_shift_tests {
             }
         }
         assert_eq!(checked, 30);
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Random calibrations (large priors included, where ulp(α) is a visible part of r, and
+        /// ε next to the pole): the charge covers the f64-emulated brute force over neighbours.
+        #[test]
+        fn charge_covers_realised_shapes_for_random_calibrations(
+            lambda in 1.01f64..30.0,
+            log_eps in -14.0f64..2.5,
+            log_fixed in -2.0f64..7.0,
+            which in 0usize..4,
+            add_remove in proptest::bool::ANY,
+        ) {
+            let sens = if add_remove { Sensitivity::ADD_REMOVE_ONE } else { Sensitivity::REPLACE_ONE };
+            let target = Target {
+                epsilon: Epsilon::new(log_eps.exp()).unwrap(),
+                order: order(lambda),
+            };
+            let fixed = log_fixed.exp();
+            let spec = match which {
+                0 => Spec::Posterior { target, r: fixed },
+                1 => Spec::Diffuse { target, alpha: Prior::Uniform(fixed) },
+                2 => Spec::Dirichlet { target, prior: fixed },
+                _ => Spec::Bounded(seeds::BoundedSpec {
+                    mode: seeds::BoundedMode::Posterior {
+                        target,
+                        r: fixed,
+                        shape: CellValues::Uniform(1.0),
+                    },
+                    lower: Some(CellValues::Uniform(1.7)),
+                }),
+            };
+            // Refusals (beyond the curve's reach, or the guard) charge nothing.
+            if let Ok(p) = plan(&spec, 2, order(lambda), &sens) {
+                let (bound, pair) = brute_force(&p.draw, order(lambda), &sens);
+                let charge = p.charge.to_f64();
+                prop_assert!(pair * (1.0 - EXACT_RELATIVE_ERROR) <= charge, "{:?}: {} > {}", spec, pair, charge);
+                prop_assert!(bound * (1.0 - EXACT_RELATIVE_ERROR) <= charge, "{:?}: {} > {}", spec, bound, charge);
+            }
+        }
     }
 
     /// Next to the pole (diffuse α = 1, order 3.7, ε = 10: r within ~1e-11 of α/(λ − 1)) one

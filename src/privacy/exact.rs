@@ -340,10 +340,28 @@ pub const REALISED_FAR: f64 = 7.629_394_531_25e-6;
 /// 2·ulp(shape) when the count itself was formed as fl(x − L) (`lower_bound`).
 pub const SHIFT_ERROR_ULPS: f64 = 4.0;
 
+/// The next f64 above x (`f64::next_up`, stable only since Rust 1.86, above this crate's MSRV).
+pub(crate) fn next_up(x: f64) -> f64 {
+    if x.is_nan() || x == f64::INFINITY {
+        x
+    } else if x == 0.0 {
+        f64::from_bits(1)
+    } else if x > 0.0 {
+        f64::from_bits(x.to_bits() + 1)
+    } else {
+        f64::from_bits(x.to_bits() - 1)
+    }
+}
+
+/// The next f64 below x.
+pub(crate) fn next_down(x: f64) -> f64 {
+    -next_up(-x)
+}
+
 /// r(1 + 2⁻¹⁷), rounded up: every realised shift of a draw that passed the guard is at most
 /// this (docs/PRIVACY.md, "The realised shift"). Custom sensitivities are priced with it.
 pub fn far_shift(r: f64) -> f64 {
-    (r * (1.0 + REALISED_FAR)).next_up()
+    next_up(r * (1.0 + REALISED_FAR))
 }
 
 /// The realised shift of a cell whose larger shape is at most h: r + 4·ulp(h) with ulp(h)
@@ -351,8 +369,8 @@ pub fn far_shift(r: f64) -> f64 {
 /// α and r where ulp(h) itself would step at every binade), and never above [`far_shift`]
 /// (the guard bounds every shift of a draw it admits). Rounded up.
 fn near_shift(r: f64, h: f64) -> f64 {
-    let ulp = (h * f64::EPSILON * 0.5).next_up();
-    (r + SHIFT_ERROR_ULPS * ulp).next_up().min(far_shift(r))
+    let ulp = next_up(h * f64::EPSILON * 0.5);
+    next_up(r + SHIFT_ERROR_ULPS * ulp).min(far_shift(r))
 }
 
 /// The threshold on a changed cell's larger shape that splits [`realised_cell`]: 2α + 2r₀.
@@ -393,8 +411,8 @@ fn realised_cell(order: Order, r: f64, alpha: f64) -> (f64, f64) {
         }
     };
     let at_lo = psi_bound(lo);
-    let minus_bound = (at_lo + lm1 * psi_bound((lo + r0).next_down())) * (1.0 + 1e-12);
-    let plus_bound = (lm1 * psi_bound((lo - far.s).next_down()) + at_lo) * (1.0 + 1e-12);
+    let minus_bound = (at_lo + lm1 * psi_bound(next_down(lo + r0))) * (1.0 + 1e-12);
+    let plus_bound = (lm1 * psi_bound(next_down(lo - far.s)) + at_lo) * (1.0 + 1e-12);
     if minus_bound <= near.0 && plus_bound <= near.1 {
         return near;
     }
