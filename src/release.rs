@@ -814,6 +814,55 @@ mod precision_tests {
         Ok(p)
     }
 
+    /// The price's large-shape bound r(1 + 2⁻¹⁷) is 4 ulps of the larger shape, at most 2·2⁻²⁰r
+    /// by the guard (docs/PRIVACY.md, "The realised shift"): the constants move together.
+    #[test]
+    fn realised_shift_bound_matches_the_guard() {
+        use crate::privacy::exact::{REALISED_FAR, SHIFT_ERROR_ULPS};
+        assert_eq!(REALISED_FAR, SHIFT_ERROR_ULPS * 2.0 / MIN_SHIFT_ULPS);
+        assert_eq!(REALISED_FAR, 2f64.powi(-17));
+    }
+
+    /// A custom neighbour may change every cell, so its guard asks for 2^⌈log₂(d)/2⌉ ≥ √d times
+    /// more ulps; the histogram relations' stays at 2²⁰.
+    #[test]
+    fn custom_guard_scales_with_the_square_root_of_d() {
+        let custom = Sensitivity::new(2.0, 1.0).unwrap();
+        for (d, factor) in [
+            (2usize, 2.0),
+            (4, 2.0),
+            (5, 4.0),
+            (16, 4.0),
+            (17, 8.0),
+            (1 << 20, 1024.0),
+        ] {
+            assert_eq!(
+                min_shift_ulps(&custom, d),
+                MIN_SHIFT_ULPS * factor,
+                "d = {d}"
+            );
+            assert!(factor * factor >= d as f64);
+            assert_eq!(min_shift_ulps(&Sensitivity::REPLACE_ONE, d), MIN_SHIFT_ULPS);
+        }
+        // Shapes 2⁴⁰ (ulp 2⁻¹²) with r = 2⁸ = 2²⁰ ulps: a histogram draw passes, a custom one of
+        // 4 cells needs 2²¹ ulps and is refused, and passes at r = 2⁹.
+        let explicit = |r: f64| Spec::Explicit {
+            r,
+            alpha: Prior::Uniform(2f64.powi(40)),
+            cap: None,
+        };
+        let x = [0.0; 4];
+        let ok = plan(&explicit(256.0), 4, order(1.5), &Sensitivity::REPLACE_ONE).unwrap();
+        check_shapes(&ok.draw, &counts(&x), &Sensitivity::REPLACE_ONE).unwrap();
+        let p = plan(&explicit(256.0), 4, order(1.5), &custom).unwrap();
+        assert!(matches!(
+            check_shapes(&p.draw, &counts(&x), &custom),
+            Err(PlanError::BeyondPrecision(_))
+        ));
+        let p = plan(&explicit(512.0), 4, order(1.5), &custom).unwrap();
+        check_shapes(&p.draw, &counts(&x), &custom).unwrap();
+    }
+
     /// The audit cases of issue 10 item 3.
     #[test]
     fn audit_cases_are_refused_or_priced_safely() {
