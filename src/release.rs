@@ -484,12 +484,19 @@ pub fn check_shapes(draw: &Draw, counts: &Counts, sens: &Sensitivity) -> Result<
                 _ => PlanError::Parameter(e.to_string()),
             })?;
             let largest = shapes.iter().copied().fold(0.0, f64::max);
+            // rΔ∞ rounded down (the price assumes the real product clears the bar).
             let shift = r * sens.linf();
-            let needed = MIN_SHIFT_ULPS * ulp(largest);
+            let shift = if r.mul_add(sens.linf(), -shift) < 0.0 {
+                crate::privacy::exact::next_down(shift)
+            } else {
+                shift
+            };
+            let needed = min_shift_ulps(sens, counts.len()) * ulp(largest);
             if shift.is_nan() || shift < needed {
                 return Err(PlanError::BeyondPrecision(
-                    "r times the sensitivity is below 2^20 ulps of the largest shape r*count + alpha, \
-                     so a neighbouring dataset's shift is lost to rounding; raise r or lower alpha"
+                    "r times the sensitivity is below 2^20 ulps (times 2^ceil(log2(d)/2) for a custom \
+                     sensitivity) of the largest shape r*count + alpha, so a neighbouring dataset's \
+                     shift is lost to rounding; raise r or lower alpha"
                         .to_string(),
                 ));
             }
@@ -500,6 +507,21 @@ pub fn check_shapes(draw: &Draw, counts: &Counts, sens: &Sensitivity) -> Result<
         Draw::Exponential { .. } => {}
     }
     Ok(())
+}
+
+/// The guard's bar in ulps of the largest shape: [`MIN_SHIFT_ULPS`] for the histogram
+/// relations (a neighbour changes at most two cells, each priced by its own realised shift);
+/// times 2^⌈log₂(d)/2⌉ ≥ √d for a custom sensitivity, whose neighbour may change every cell:
+/// Corollary 3 needs ‖realised shifts‖₂ ≤ r(1 + 2⁻¹⁷)·√Δ2², and d cells each off by
+/// 8·ulp/√d-ish add up to that (docs/PRIVACY.md, "The realised shift").
+fn min_shift_ulps(sens: &Sensitivity, d: usize) -> f64 {
+    match sens.relation() {
+        crate::privacy::types::Relation::Custom => {
+            let log2_d = usize::BITS - d.max(1).saturating_sub(1).leading_zeros();
+            MIN_SHIFT_ULPS * 2f64.powi(log2_d.div_ceil(2) as i32)
+        }
+        _ => MIN_SHIFT_ULPS,
+    }
 }
 
 /// The gap between `x` (finite, > 0) and the next larger f64.
@@ -787,6 +809,55 @@ mod precision_tests {
         Ok(p)
     }
 
+    /// The price's large-shape bound r(1 + 2⁻¹⁷) is 4 ulps of the larger shape, at most 2·2⁻²⁰r
+    /// by the guard (docs/PRIVACY.md, "The realised shift"): the constants move together.
+    #[test]
+    fn realised_shift_bound_matches_the_guard() {
+        use crate::privacy::exact::{REALISED_FAR, SHIFT_ERROR_ULPS};
+        assert_eq!(REALISED_FAR, SHIFT_ERROR_ULPS * 2.0 / MIN_SHIFT_ULPS);
+        assert_eq!(REALISED_FAR, 2f64.powi(-17));
+    }
+
+    /// A custom neighbour may change every cell, so its guard asks for 2^⌈log₂(d)/2⌉ ≥ √d times
+    /// more ulps; the histogram relations' stays at 2²⁰.
+    #[test]
+    fn custom_guard_scales_with_the_square_root_of_d() {
+        let custom = Sensitivity::new(2.0, 1.0).unwrap();
+        for (d, factor) in [
+            (2usize, 2.0),
+            (4, 2.0),
+            (5, 4.0),
+            (16, 4.0),
+            (17, 8.0),
+            (1 << 20, 1024.0),
+        ] {
+            assert_eq!(
+                min_shift_ulps(&custom, d),
+                MIN_SHIFT_ULPS * factor,
+                "d = {d}"
+            );
+            assert!(factor * factor >= d as f64);
+            assert_eq!(min_shift_ulps(&Sensitivity::REPLACE_ONE, d), MIN_SHIFT_ULPS);
+        }
+        // Shapes 2⁴⁰ (ulp 2⁻¹²) with r = 2⁸ = 2²⁰ ulps: a histogram draw passes, a custom one of
+        // 4 cells needs 2²¹ ulps and is refused, and passes at r = 2⁹.
+        let explicit = |r: f64| Spec::Explicit {
+            r,
+            alpha: Prior::Uniform(2f64.powi(40)),
+            cap: None,
+        };
+        let x = [0.0; 4];
+        let ok = plan(&explicit(256.0), 4, order(1.5), &Sensitivity::REPLACE_ONE).unwrap();
+        check_shapes(&ok.draw, &counts(&x), &Sensitivity::REPLACE_ONE).unwrap();
+        let p = plan(&explicit(256.0), 4, order(1.5), &custom).unwrap();
+        assert!(matches!(
+            check_shapes(&p.draw, &counts(&x), &custom),
+            Err(PlanError::BeyondPrecision(_))
+        ));
+        let p = plan(&explicit(512.0), 4, order(1.5), &custom).unwrap();
+        check_shapes(&p.draw, &counts(&x), &custom).unwrap();
+    }
+
     /// The audit cases of issue 10 item 3.
     #[test]
     fn audit_cases_are_refused_or_priced_safely() {
@@ -840,6 +911,228 @@ mod precision_tests {
         for sens in [s, Sensitivity::new(2.0, 1.0).unwrap()] {
             let p = planned(explicit(1e-170, 1e-168), 2.0, &sens, &[3.0, 0.0]).unwrap();
             assert!(p.price > 1e-5 && p.price < 1.0, "{sens:?}: {}", p.price);
+        }
+    }
+}
+
+/// Issue 21 item 4: the charge covers the divergence of the Gamma shapes the f64 code actually
+/// forms, fl(fl(r·x) + α), not only of the real-number shapes r·x + α.
+#[cfg(test)]
+mod realised_shift_tests {
+    use super::*;
+    use crate::privacy::bounded::{clamp_excess, CellValues};
+    use crate::privacy::exact::{cell_divergences, EXACT_RELATIVE_ERROR};
+    use crate::privacy::types::Relation;
+
+    fn order(v: f64) -> Order {
+        Order::new(v).unwrap()
+    }
+
+    /// What the sampler is handed for `counts` (as `execute_release` and the seeds' draw do).
+    fn drawn_shapes(draw: &Draw, counts: &Counts) -> Vec<f64> {
+        let (r, alpha, counts) = match draw {
+            Draw::Dirichlet { r, alpha } => (*r, alpha.clone(), counts.clone()),
+            Draw::Bounded { r, alpha, lower } => (*r, alpha.clone(), clamp_excess(counts, lower)),
+            _ => unreachable!(),
+        };
+        release_shapes(&counts, &DirichletParams { r, alpha }).unwrap()
+    }
+
+    /// The realised shift hi − lo, rounded up when the subtraction is not exact.
+    fn shift(lo: f64, hi: f64) -> f64 {
+        let d = hi - lo;
+        if lo + d == hi && hi - d == lo {
+            d
+        } else {
+            crate::privacy::exact::next_up(d)
+        }
+    }
+
+    /// Counts of the changing cell: every one up to 300, then ×1.37 steps to 10¹⁶ (the guard
+    /// stops them long before).
+    fn cell_counts() -> Vec<f64> {
+        let mut xs: Vec<f64> = (0..=300).map(f64::from).collect();
+        let mut x = 301.0f64;
+        while x < 1e16 {
+            xs.push(x.floor());
+            x *= 1.37;
+        }
+        xs
+    }
+
+    /// The f64-emulating brute force: over every count x of a changing cell (x → x + 1) that the
+    /// guard admits, the exact one-cell terms of the realised shapes — h(u_k → v_k) for the cell
+    /// that loses a record, h(u_l → v_l) for the one that gains it (docs/PRIVACY.md, "The
+    /// realised shift": every other cell cancels and the total's term is ≤ 0) — and the exact
+    /// divergence of the worst two-cell pair, total term included. Returns (bound, exact pair).
+    fn brute_force(draw: &Draw, ledger: Order, sens: &Sensitivity) -> (f64, f64) {
+        let (mut minus, mut plus) = ((0.0f64, 0.0, 0.0, 0.0), (0.0f64, 0.0, 0.0, 0.0));
+        for x in cell_counts() {
+            let counts = Counts::new(vec![x, x + 1.0], usize::MAX).unwrap();
+            if check_shapes(draw, &counts, sens).is_err() {
+                continue;
+            }
+            let s = drawn_shapes(draw, &counts);
+            let (lo, hi) = (s[0], s[1]);
+            let (m, p) = cell_divergences(ledger, lo, shift(lo, hi));
+            if m > minus.0 {
+                minus = (m, lo, hi, x);
+            }
+            if p > plus.0 {
+                plus = (p, lo, hi, x);
+            }
+        }
+        match sens.relation() {
+            Relation::AddRemoveOne => {
+                // One cell, and the total moves with it: D = h(cell) − h(total) ≤ h(cell).
+                let bound = minus.0.max(plus.0);
+                (bound, bound)
+            }
+            _ => {
+                // Cell k (count x_k → x_k − 1) loses, cell l (x_l → x_l + 1) gains.
+                let (u_k, v_k) = (minus.2, minus.1);
+                let (u_l, v_l) = (plus.1, plus.2);
+                let (big_u, big_v) = (u_k + u_l, v_k + v_l);
+                let total = if big_v > big_u {
+                    cell_divergences(ledger, big_u, shift(big_u, big_v)).1
+                } else if big_v < big_u {
+                    cell_divergences(ledger, big_v, shift(big_v, big_u)).0
+                } else {
+                    0.0
+                };
+                (minus.0 + plus.0, minus.0 + plus.0 - total)
+            }
+        }
+    }
+
+    #[test]
+    fn charge_covers_the_realised_shapes_of_every_neighbour() {
+        let target = |e: f64, o: f64| Target {
+            epsilon: Epsilon::new(e).unwrap(),
+            order: order(o),
+        };
+        let mut checked = 0;
+        for sens in [Sensitivity::REPLACE_ONE, Sensitivity::ADD_REMOVE_ONE] {
+            for ledger in [1.01, 2.0, 22.0] {
+                let t = target(1e-6, ledger);
+                let specs = [
+                    // The audit's case: α ≈ 1.5e10, where fl(r·x + α) moves the shift by ~2e-6.
+                    Spec::Posterior {
+                        target: t,
+                        r: 123.456,
+                    },
+                    Spec::Posterior {
+                        target: t,
+                        r: 1000.0,
+                    },
+                    Spec::Dirichlet {
+                        target: target(0.05, ledger),
+                        prior: 1.0,
+                    },
+                    Spec::Diffuse {
+                        target: target(0.5, ledger),
+                        alpha: Prior::Uniform(3.3),
+                    },
+                    Spec::Bounded(seeds::BoundedSpec {
+                        mode: seeds::BoundedMode::Posterior {
+                            target: t,
+                            r: 77.7,
+                            shape: CellValues::Uniform(1.0),
+                        },
+                        lower: Some(CellValues::Uniform(2.5)),
+                    }),
+                ];
+                for spec in specs {
+                    let p = match plan(&spec, 2, order(ledger), &sens) {
+                        Ok(p) => p,
+                        Err(e) => panic!("{spec:?}: {e}"),
+                    };
+                    let (bound, pair) = brute_force(&p.draw, order(ledger), &sens);
+                    let charge = p.charge.to_f64();
+                    assert!(
+                        pair * (1.0 - EXACT_RELATIVE_ERROR) <= charge,
+                        "{sens:?} λ₀ {ledger} {spec:?}: the realised pair's divergence {pair} \
+                         exceeds the charge {charge} by {:e}",
+                        pair / charge - 1.0
+                    );
+                    assert!(
+                        bound * (1.0 - EXACT_RELATIVE_ERROR) <= charge,
+                        "{sens:?} λ₀ {ledger} {spec:?}: {bound} > {charge}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 30);
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Random calibrations (large priors included, where ulp(α) is a visible part of r, and
+        /// ε next to the pole): the charge covers the f64-emulated brute force over neighbours.
+        #[test]
+        fn charge_covers_realised_shapes_for_random_calibrations(
+            lambda in 1.01f64..30.0,
+            log_eps in -14.0f64..2.5,
+            log_fixed in -2.0f64..7.0,
+            which in 0usize..4,
+            add_remove in proptest::bool::ANY,
+        ) {
+            let sens = if add_remove { Sensitivity::ADD_REMOVE_ONE } else { Sensitivity::REPLACE_ONE };
+            let target = Target {
+                epsilon: Epsilon::new(log_eps.exp()).unwrap(),
+                order: order(lambda),
+            };
+            let fixed = log_fixed.exp();
+            let spec = match which {
+                0 => Spec::Posterior { target, r: fixed },
+                1 => Spec::Diffuse { target, alpha: Prior::Uniform(fixed) },
+                2 => Spec::Dirichlet { target, prior: fixed },
+                _ => Spec::Bounded(seeds::BoundedSpec {
+                    mode: seeds::BoundedMode::Posterior {
+                        target,
+                        r: fixed,
+                        shape: CellValues::Uniform(1.0),
+                    },
+                    lower: Some(CellValues::Uniform(1.7)),
+                }),
+            };
+            // Refusals (beyond the curve's reach, or the guard) charge nothing.
+            if let Ok(p) = plan(&spec, 2, order(lambda), &sens) {
+                let (bound, pair) = brute_force(&p.draw, order(lambda), &sens);
+                let charge = p.charge.to_f64();
+                prop_assert!(pair * (1.0 - EXACT_RELATIVE_ERROR) <= charge, "{:?}: {} > {}", spec, pair, charge);
+                prop_assert!(bound * (1.0 - EXACT_RELATIVE_ERROR) <= charge, "{:?}: {} > {}", spec, bound, charge);
+            }
+        }
+    }
+
+    /// Next to the pole (diffuse α = 1, order 3.7, ε = 10: r within ~1e-11 of α/(λ − 1)) one
+    /// rounding of fl(r + α) is a large part of the distance to the pole; the calibration
+    /// solves against the realised price, so the charge still covers the realised shapes.
+    #[test]
+    fn near_the_pole_the_charge_covers_the_realised_shapes() {
+        for sens in [Sensitivity::REPLACE_ONE, Sensitivity::ADD_REMOVE_ONE] {
+            for (alpha, e) in [(1.0, 10.0), (0.37, 9.0), (5.0, 11.0)] {
+                let t = Target {
+                    epsilon: Epsilon::new(e).unwrap(),
+                    order: order(3.7),
+                };
+                let spec = Spec::Diffuse {
+                    target: t,
+                    alpha: Prior::Uniform(alpha),
+                };
+                let p = plan(&spec, 2, order(3.7), &sens).unwrap();
+                let (bound, _) = brute_force(&p.draw, order(3.7), &sens);
+                assert!(
+                    bound * (1.0 - EXACT_RELATIVE_ERROR) <= p.charge.to_f64(),
+                    "{sens:?} α {alpha} ε {e}: {bound} > {}",
+                    p.charge.to_f64()
+                );
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 //! non-finite charges refuses the release.
 use serde::Serialize;
 
-use super::exact::{exact_rdp_two, scaled_trigamma, worst_pair};
+use super::exact::{far_shift, realised_rdp_two, scaled_trigamma, worst_pair};
 use super::special::trigamma;
 use super::types::{Order, Prior, Relation, Sensitivity};
 
@@ -29,18 +29,21 @@ impl Pricing {
 
 /// The price of one draw y ~ Dir(r·x + α) at `order` on a dataset with `sens`: ε*(λ) for
 /// `replace_one` / `add_remove_one` (exact worst case, per-cell priors included), 001
-/// Corollary 3 for custom sensitivities. The value is within `ledger::charge::
-/// CURVE_RELATIVE_ERROR` of the curve (the charge inflates by that); +∞ past the pole or for
-/// invalid input. This is the function every release is charged by. A table's sensitivity
-/// ([`Sensitivity::for_table`]) prices a per-cell prior at its smallest entry in both cells.
+/// Corollary 3 for custom sensitivities — both for the shifts the f64 shapes fl(fl(r·x) + α)
+/// actually realise once the draw passes `release::check_shapes` (docs/PRIVACY.md, "The
+/// realised shift"): [`realised_rdp_two`], and Corollary 3 at r(1 + 2⁻¹⁷). The value is within
+/// `ledger::charge::CURVE_RELATIVE_ERROR` of that curve (the charge inflates by that); +∞ past
+/// the pole or for invalid input. This is the function every release is charged by, and every
+/// calibration solves against. A table's sensitivity ([`Sensitivity::for_table`]) prices a
+/// per-cell prior at its smallest entry in both cells.
 pub fn dirichlet_price(order: Order, r: f64, alpha: &Prior, sens: &Sensitivity) -> (f64, Pricing) {
     let pricing = Pricing::for_sensitivity(sens);
     let value = match pricing {
         Pricing::Exact => {
             let (a1, a2) = worst_pair(alpha, sens.is_table());
-            exact_rdp_two(order, r, a1, a2, sens.relation())
+            realised_rdp_two(order, r, a1, a2, sens.relation())
         }
-        Pricing::Bound => dirichlet_rdp(order, r, alpha.min(), sens),
+        Pricing::Bound => dirichlet_rdp(order, far_shift(r), alpha.min(), sens),
     };
     (value, pricing)
 }

@@ -180,6 +180,25 @@ fn scaled(f1: f64, f2: f64, p: f64, j: f64) -> f64 {
     (f1 / p) * (f2 / p) * j
 }
 
+/// Evaluation counts, for the tests that keep the price's cost in check.
+#[cfg(test)]
+pub(crate) mod counters {
+    use std::cell::Cell;
+    thread_local! {
+        /// One-cell quadratures ([`super::Terms::cell`]).
+        pub static CELLS: Cell<usize> = const { Cell::new(0) };
+        /// Second-case evaluations of [`super::realised_cell`].
+        pub static FAR: Cell<usize> = const { Cell::new(0) };
+    }
+    pub fn reset() {
+        CELLS.with(|c| c.set(0));
+        FAR.with(|c| c.set(0));
+    }
+    pub fn get() -> (usize, usize) {
+        (CELLS.with(|c| c.get()), FAR.with(|c| c.get()))
+    }
+}
+
 /// The exact one-cell terms at order λ with s = (λ−1)r (already rounded up by the caller).
 #[derive(Debug, Clone, Copy)]
 struct Terms {
@@ -188,10 +207,28 @@ struct Terms {
 }
 
 impl Terms {
+    /// The terms for shift r at `order`, with s = (λ−1)r rounded up; None if s is not a finite
+    /// positive number.
+    fn new(order: Order, r: f64) -> Option<Terms> {
+        // λ − 1 is exact below 2⁵³ (Sterbenz below 2, on λ's grid above); the product's
+        // rounding error is recovered by an FMA and, if the product rounded down, s moves up
+        // one ulp.
+        let lm1 = order.get() - 1.0;
+        let s = lm1 * r;
+        let s = if lm1.mul_add(r, -s) > 0.0 && s.is_finite() {
+            f64::from_bits(s.to_bits() + 1)
+        } else {
+            s
+        };
+        valid(s).then_some(Terms { r, s })
+    }
+
     /// G⁻ and G⁺ of one cell whose prior is α (α > 0): the cell at shape α + r that loses r,
     /// and the cell at shape α that gains r. They share the integral over [α, α + r].
     /// G⁺ is +∞ at and past the pole α ≤ s.
     fn cell(&self, alpha: f64) -> (f64, f64) {
+        #[cfg(test)]
+        counters::CELLS.with(|c| c.set(c.get() + 1));
         let (r, s) = (self.r, self.s);
         let (near_rising, near_falling) = kernel_integrals(alpha, r);
         // G⁻'s far piece starts at the shape α + r, rounded down (ε* decreases in it).
@@ -270,29 +307,159 @@ pub fn worst_pair(alpha: &Prior, table: bool) -> (f64, f64) {
 
 /// [`exact_rdp`] from the two smallest prior entries α₁ ≤ α₂ (α₂ = α₁ for a uniform prior).
 pub fn exact_rdp_two(order: Order, r: f64, alpha_1: f64, alpha_2: f64, relation: Relation) -> f64 {
-    let valid = |v: f64| v.is_finite() && v > 0.0;
     if !(valid(r) && valid(alpha_1) && valid(alpha_2)) {
         return f64::INFINITY;
     }
-    // λ − 1 is exact below 2⁵³ (Sterbenz below 2, on λ's grid above); the product's rounding
-    // error is recovered by an FMA and, if the product rounded down, s moves up one ulp.
-    let lm1 = order.get() - 1.0;
-    let s = lm1 * r;
-    let s = if lm1.mul_add(r, -s) > 0.0 && s.is_finite() {
-        f64::from_bits(s.to_bits() + 1)
-    } else {
-        s
-    };
-    if !valid(s) {
+    let Some(t) = Terms::new(order, r) else {
         return f64::INFINITY;
-    }
-    let t = Terms { r, s };
-    let value = worst_case(relation, alpha_1, alpha_2, |a| t.cell(a));
+    };
+    finish(worst_case(relation, alpha_1, alpha_2, |a| t.cell(a)))
+}
+
+fn valid(v: f64) -> bool {
+    v.is_finite() && v > 0.0
+}
+
+/// A price as the ledger takes it: NaN is +∞, and never below the smallest normal float.
+fn finish(value: f64) -> f64 {
     if value.is_nan() {
         f64::INFINITY
     } else {
         value.max(f64::MIN_POSITIVE)
     }
+}
+
+/// The relative error of a realised shift once a shape is large: with the sampler's guard
+/// (rΔ∞ ≥ 2²⁰·ulp(largest shape), `release::MIN_SHIFT_ULPS`) the larger shape of a changed
+/// cell has ulp ≤ 2⁻¹⁹·rΔ∞, and a realised shift is within [`SHIFT_ERROR_ULPS`] of those ulps
+/// of its real value: 4·2⁻¹⁹ = 2⁻¹⁷ (docs/PRIVACY.md, "The realised shift").
+pub const REALISED_FAR: f64 = 7.629_394_531_25e-6;
+
+/// How many ulps of the larger shape of a changed cell its realised shift can be off by: each
+/// shape fl(fl(r·x) + α) is within ulp(shape) of r·x + α (two roundings of ½ulp), and within
+/// 2·ulp(shape) when the count itself was formed as fl(x − L) (`lower_bound`).
+pub const SHIFT_ERROR_ULPS: f64 = 4.0;
+
+/// The next f64 above x (`f64::next_up`, stable only since Rust 1.86, above this crate's MSRV).
+pub(crate) fn next_up(x: f64) -> f64 {
+    if x.is_nan() || x == f64::INFINITY {
+        x
+    } else if x == 0.0 {
+        f64::from_bits(1)
+    } else if x > 0.0 {
+        f64::from_bits(x.to_bits() + 1)
+    } else {
+        f64::from_bits(x.to_bits() - 1)
+    }
+}
+
+/// The next f64 below x.
+pub(crate) fn next_down(x: f64) -> f64 {
+    -next_up(-x)
+}
+
+/// r(1 + 2⁻¹⁷), rounded up: every realised shift of a draw that passed the guard is at most
+/// this (docs/PRIVACY.md, "The realised shift"). Custom sensitivities are priced with it.
+pub fn far_shift(r: f64) -> f64 {
+    next_up(r * (1.0 + REALISED_FAR))
+}
+
+/// The realised shift of a cell whose larger shape is at most h: r + 4·ulp(h) with ulp(h)
+/// bounded by 2⁻⁵²h (a bound that grows smoothly with h, so that the price stays monotone in
+/// α and r where ulp(h) itself would step at every binade), and never above [`far_shift`]
+/// (the guard bounds every shift of a draw it admits). Rounded up.
+fn near_shift(r: f64, h: f64) -> f64 {
+    let ulp = next_up(h * f64::EPSILON * 0.5);
+    next_up(r + SHIFT_ERROR_ULPS * ulp).min(far_shift(r))
+}
+
+/// The threshold on a changed cell's larger shape that splits [`realised_cell`]: 2α + 2r₀.
+fn threshold(alpha: f64, r0: f64) -> f64 {
+    2.0 * alpha + 2.0 * r0
+}
+
+/// (G⁻, G⁺) of a cell with prior α for the shifts the f64 code realises (docs/PRIVACY.md,
+/// "The realised shift"). Both terms, as functions of the cell's smaller shape `lo` and its
+/// realised shift δ, fall in `lo` and rise in δ. A cell whose larger shape is ≤ h = 2α + 2r₀
+/// has δ ≤ r₁ = min(r + 4ulp(h), r₀) and lo ≥ α; one whose larger shape is above h has δ ≤ r₀
+/// (the guard) and lo > h − r₀ > 2α. The terms are the larger of the two cases. The second is
+/// checked first with x²ψ′(x) < 1 + x at each kernel's left end, and only evaluated when that
+/// bound is not already below the first case: on the common path the price costs one exact
+/// evaluation, as the unrealised one does.
+fn realised_cell(order: Order, r: f64, alpha: f64) -> (f64, f64) {
+    let r0 = far_shift(r);
+    let h = threshold(alpha, r0);
+    let r1 = near_shift(r, h);
+    let near = match Terms::new(order, r1) {
+        Some(t) => t.cell(alpha),
+        None => return (f64::INFINITY, f64::INFINITY),
+    };
+    let Some(far) = Terms::new(order, r0) else {
+        return (f64::INFINITY, f64::INFINITY);
+    };
+    let lo = 2.0 * alpha;
+    // Each term is two kernels of weight ½δ²·(1 or λ − 1), each at most its weight times ψ′ at
+    // its left end: G⁻(lo, δ) ≤ ½δ²[ψ′(lo) + (λ−1)ψ′(lo + δ)], G⁺(lo, δ) ≤ ½δ²[(λ−1)ψ′(lo − s) +
+    // ψ′(lo)], with ψ′(x) < (1 + x)/x².
+    let lm1 = order.get() - 1.0;
+    let psi_bound = |x: f64| {
+        if x > 0.0 {
+            let q = r0 / x;
+            0.5 * q * q * (1.0 + x)
+        } else {
+            f64::INFINITY
+        }
+    };
+    let at_lo = psi_bound(lo);
+    let minus_bound = (at_lo + lm1 * psi_bound(next_down(lo + r0))) * (1.0 + 1e-12);
+    let plus_bound = (lm1 * psi_bound(next_down(lo - far.s)) + at_lo) * (1.0 + 1e-12);
+    if minus_bound <= near.0 && plus_bound <= near.1 {
+        return near;
+    }
+    #[cfg(test)]
+    counters::FAR.with(|c| c.set(c.get() + 1));
+    let (far_minus, far_plus) = far.cell(lo);
+    (near.0.max(far_minus), near.1.max(far_plus))
+}
+
+/// The price of what the f64 code draws: ε* of the *realised* Gamma shapes fl(fl(r·x) + α) of
+/// every pair of neighbours whose draw passes the guard (docs/PRIVACY.md, "The realised
+/// shift") — the exact worst case with each changed cell's shift bounded by [`realised_cell`].
+/// Above [`exact_rdp_two`] by ~8ulp(2α + 2r)/r relative (1e-15 for moderate priors, 2e-7 for
+/// α = 1.5e10 at r = 123), and it reaches the pole at r₁ = r + 4ulp(2α + 2r₀) instead of r.
+pub fn realised_rdp_two(
+    order: Order,
+    r: f64,
+    alpha_1: f64,
+    alpha_2: f64,
+    relation: Relation,
+) -> f64 {
+    if !(valid(r) && valid(alpha_1) && valid(alpha_2)) {
+        return f64::INFINITY;
+    }
+    finish(worst_case(relation, alpha_1, alpha_2, |a| {
+        realised_cell(order, r, a)
+    }))
+}
+
+/// The exact one-cell divergence terms of a cell whose smaller shape is `lo` and whose two
+/// shapes differ by `delta`: (h(lo + δ → lo), h(lo → lo + δ)) = (G⁻, G⁺) with shift δ. The
+/// brute-force oracle of what the f64 code draws (tests in `release`).
+#[cfg(test)]
+pub(crate) fn cell_divergences(order: Order, lo: f64, delta: f64) -> (f64, f64) {
+    if delta == 0.0 {
+        return (0.0, 0.0);
+    }
+    match Terms::new(order, delta) {
+        Some(t) => t.cell(lo),
+        None => (f64::INFINITY, f64::INFINITY),
+    }
+}
+
+/// The shift [`realised_rdp_two`] prices a near cell with, for a prior whose larger entry is
+/// `alpha_2`: what the calibrations' lnΓ estimate is evaluated at.
+pub(crate) fn realised_near_shift(r: f64, alpha_2: f64) -> f64 {
+    near_shift(r, threshold(alpha_2, far_shift(r)))
 }
 
 /// A cheap estimate of [`exact_rdp_two`] from four log-gammas per cell pair — **not a price**:
