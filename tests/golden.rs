@@ -6,8 +6,11 @@
 //! every request shape is pinned here, as are the mechanism records and charges the planner
 //! produces for them (stored, and returned again by replays and listings).
 //!
-//! Refresh (only for an intended change, which then needs a migration story for stored rows):
-//! `UPDATE_GOLDEN=1 cargo test --test golden`, and review the diff of tests/golden/releases.json.
+//! Refresh: `UPDATE_GOLDEN=1 cargo test --test golden`, and review the diff of
+//! tests/golden/releases.json. A fingerprint or the shape of a record (its fields, their names)
+//! must never change without a migration story for stored rows. Calibrated values (r, α) may
+//! change when the pricing does (stored rows keep theirs; only new releases get the new ones):
+//! pricing the realised f64 shifts moved some r in the 15th digit, and nothing else.
 
 use dirichlet_release::http::releases::{body_fingerprint, plan_release};
 use dirichlet_release::ledger::{Dataset, Units};
