@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 bin=${DIRICHLET_BIN:-target/debug/dirichlet-release}
-# shellcheck source=../../../scripts/serve.sh
+# shellcheck source=scripts/serve.sh
 source scripts/serve.sh
 trap 'exit 143' TERM INT
 serve "$1" "$bin" >&2
