@@ -12,9 +12,10 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Dict, Iterator, List, Tuple
+from typing import IO, Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
@@ -51,10 +52,13 @@ class Server:
     log: str
 
 
-def _start(backend: str) -> Tuple[subprocess.Popen[str], Server]:
+def _start(
+    backend: str, env: Optional[Dict[str, str]] = None
+) -> Tuple[subprocess.Popen[str], Server]:
     script = HERE / "serve_for_pytest.sh"
     process = subprocess.Popen(
         ["bash", str(script), backend],
+        env=dict(os.environ, **(env or {})),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=sys.stderr,
@@ -88,6 +92,16 @@ def _stop(process: subprocess.Popen[str]) -> None:
 def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     """The service on a fresh database of one backend, for the whole session."""
     process, started = _start(request.param)
+    try:
+        yield started
+    finally:
+        _stop(process)
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def small_quota_server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """The service with an output quota of 12 stored cells per dataset (`max_stored_cells`)."""
+    process, started = _start(request.param, {"DIRICHLET_MAX_STORED_CELLS": "12"})
     try:
         yield started
     finally:
@@ -128,7 +142,9 @@ class FaultProxy:
     Actions: ``"drop"`` forwards the request, reads the whole answer (so whatever the service
     did is done) and closes the client's connection without a byte; ``"503"`` answers 503
     ``service-unavailable`` with ``Retry-After`` without forwarding; ``"504"`` forwards, then
-    answers 504 ``commit-outcome-unknown`` in place of the service's answer.
+    answers 504 ``commit-outcome-unknown`` in place of the service's answer; ``"500"`` answers
+    500 ``internal`` without forwarding; ``"garbage"`` answers 200 with a body that is not JSON;
+    ``"hang"`` holds the request for `hang_seconds` without answering, then closes.
     """
 
     def __init__(self, upstream: str) -> None:
@@ -139,6 +155,7 @@ class FaultProxy:
         self.plan: Dict[str, List[str]] = {}
         self.seen: List[Seen] = []
         self.retry_after = "1"
+        self.hang_seconds = 2.0
         self._lock = threading.Lock()
         self._listener = socket.socket()
         self._listener.bind(("127.0.0.1", 0))
@@ -188,6 +205,20 @@ class FaultProxy:
                         _problem(503, "service-unavailable", {"Retry-After": self.retry_after})
                     )
                     continue
+                if action == "500":
+                    conn.sendall(_problem(500, "internal", {}))
+                    continue
+                if action == "garbage":
+                    page = b"<html>not json</html>"
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        + f"Content-Length: {len(page)}\r\n\r\n".encode()
+                        + page
+                    )
+                    continue
+                if action == "hang":
+                    time.sleep(self.hang_seconds)
+                    return
                 # One upstream connection per request, closed by the service after its answer.
                 rewritten = [lines[0]] + [
                     line for line in lines[1:] if not line.lower().startswith("connection:")
@@ -218,6 +249,8 @@ def _kind(method: str, path: str) -> str:
         return "release"
     if method == "POST" and path == "/v1/datasets":
         return "create_dataset"
+    if method == "GET" and path.endswith("/budget"):
+        return "budget"
     return f"{method} other"
 
 
@@ -245,7 +278,9 @@ def _read_request(conn: Any) -> Tuple[bytes, bytes] | None:
 def _problem(status: int, slug: str, extra: Dict[str, str]) -> bytes:
     import json
 
-    reason = {503: "Service Unavailable", 504: "Gateway Timeout"}[status]
+    reason = {500: "Internal Server Error", 503: "Service Unavailable", 504: "Gateway Timeout"}[
+        status
+    ]
     body = json.dumps(
         {
             "type": f"/problems/{slug}",

@@ -53,7 +53,25 @@ def test_the_mechanism_refusals_are_invalid_requests(client: Client, dataset_id:
     with pytest.raises(dr.NoGuarantee) as none:
         client.release(dataset_id, COUNTS, mechanism="explicit", r=5.0, alpha=1.0)
     assert none.value.status == 422 and "order" in none.value.detail
+    with pytest.raises(dr.CalibrationInfeasible) as infeasible:
+        client.preview(dataset_id, COUNTS, epsilon=1e-300)  # below the ledger's grid
+    assert infeasible.value.type == "/problems/calibration-infeasible"
+    # A Gamma shape r·count + α above 2⁵⁰: the f64 sampler is not exact there.
+    with pytest.raises(dr.BeyondPrecision) as precision:
+        client.preview(dataset_id, [1e15, 1], mechanism="explicit", r=2.0, alpha=10.0)
+    assert precision.value.type == "/problems/beyond-precision"
     assert client.budget(dataset_id).releases == 0
+
+
+def test_output_quota_exceeded(small_quota_server: Server) -> None:
+    with Client(small_quota_server.base, small_quota_server.admin) as client:
+        dataset = client.create_dataset("quota", epsilon=1.0, order=2).id
+        client.release(dataset, COUNTS, epsilon=0.1)
+        client.release(dataset, COUNTS, epsilon=0.1)  # 12 cells stored: the quota
+        with pytest.raises(dr.OutputQuotaExceeded) as caught:
+            client.release(dataset, COUNTS, epsilon=0.1)
+        assert isinstance(caught.value, dr.Conflict) and caught.value.status == 409
+        assert client.budget(dataset).releases == 2
 
 
 def test_idempotency_key_reused_with_another_body(client: Client, dataset_id: str) -> None:
@@ -134,3 +152,34 @@ def test_connection_error_when_nothing_listens() -> None:
         client.release(str(uuid.uuid4()), COUNTS, epsilon=0.1, idempotency_key="k-1")
     assert caught.value.idempotency_key == "k-1"
     assert "idempotency_key='k-1'" in str(caught.value)
+
+
+def test_internal_server_error_is_raised_at_once(server: Server, proxy: FaultProxy) -> None:
+    proxy.plan["budget"] = ["500"]
+    with Client(proxy.base, server.admin, backoff=0.01) as client:
+        dataset = client.create_dataset("500", epsilon=1.0, order=2).id
+        with pytest.raises(dr.InternalServerError) as caught:
+            client.budget(dataset)
+        assert caught.value.status == 500 and caught.value.type == "/problems/internal"
+        assert client.budget(dataset).releases == 0
+    assert len(proxy.requests("budget")) == 2
+
+
+def test_an_unreadable_answer_is_bad_response(server: Server, proxy: FaultProxy) -> None:
+    proxy.plan["budget"] = ["garbage"]
+    with Client(proxy.base, server.admin) as client:
+        dataset = client.create_dataset("garbage", epsilon=1.0, order=2).id
+        with pytest.raises(dr.BadResponse):
+            client.budget(dataset)
+
+
+def test_the_clients_timeout_is_api_timeout_error(server: Server, proxy: FaultProxy) -> None:
+    proxy.plan["budget"] = ["hang", "hang"]
+    proxy.hang_seconds = 1.0
+    with Client(proxy.base, server.admin, timeout=0.3, retries=1, backoff=0.01) as client:
+        dataset = client.create_dataset("timeout", epsilon=1.0, order=2).id
+        with pytest.raises(dr.APITimeoutError) as caught:
+            client.budget(dataset)
+        assert isinstance(caught.value, dr.APIConnectionError)
+        assert caught.value.idempotency_key is None
+    assert len(proxy.requests("budget")) == 2
