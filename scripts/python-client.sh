@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 export DIRICHLET_BIN=${DIRICHLET_BIN:-$repo/target/debug/dirichlet-release}
 [ -x "$DIRICHLET_BIN" ] || cargo build --quiet --bin dirichlet-release
+# The Rust naive-Bayes example, which the Python port is checked against (CI's examples step
+# builds it anyway; this only builds it earlier).
+cargo build --quiet --example naive_bayes
+export DIRICHLET_RUST_NAIVE_BAYES=$repo/target/debug/examples/naive_bayes
 
 venv=$repo/target/py-client-venv
 rm -rf "$venv" "$repo/target/py-client-dist"

@@ -44,6 +44,36 @@ def test_the_readme_python_section_runs(server: Server, tmp_path: Path) -> None:
     assert "in 1 release" in out
 
 
+def non_private_rows(printed: str) -> list[str]:
+    return [
+        " ".join(line.split()[:4])
+        for line in printed.splitlines()
+        if line.startswith(("non-private", "uniform"))
+    ]
+
+
+def test_the_naive_bayes_port_agrees_with_the_rust_example(server: Server, tmp_path: Path) -> None:
+    """Same split, bins and scoring: the non-private and uniform rows are the Rust example's."""
+    rust = Path(
+        os.environ.get("DIRICHLET_RUST_NAIVE_BAYES", REPO / "target/debug/examples/naive_bayes")
+    )
+    assert rust.exists(), f"{rust} is missing: cargo build --example naive_bayes"
+    args = ["--epsilon", "10", "--repetitions", "1"]
+    rust_run = subprocess.run(
+        [str(rust), "--url", server.base, "--admin-token", server.admin, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert rust_run.returncode == 0, rust_run.stdout + rust_run.stderr
+    python_run = run([str(EXAMPLES / "naive_bayes.py"), *args], server, tmp_path)
+    assert python_run.returncode == 0, python_run.stdout + python_run.stderr
+    expected = non_private_rows(rust_run.stdout)
+    assert len(expected) == 6
+    assert non_private_rows(python_run.stdout) == expected
+
+
 def test_the_naive_bayes_example_runs_short(server: Server, tmp_path: Path) -> None:
     out_csv = tmp_path / "nb.csv"
     done = run(
