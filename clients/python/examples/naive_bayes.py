@@ -319,9 +319,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         stderr = math.nan
         if len(values) > 1:
             stderr = float(np.std(values, ddof=1) / math.sqrt(len(values)))
-        low = f"{min(ratios):.9f}" if ratios else ""
-        high = f"{max(ratios):.9f}" if ratios else ""
-        shown = f"{low}..{high}" if ratios else "-"
+        low = repr(min(ratios)) if ratios else ""
+        high = repr(max(ratios)) if ratios else ""
+        shown = f"{min(ratios):.9f}..{max(ratios):.9f}" if ratios else "-"
         eps_text = "-" if eps is None else f"{eps:g}"
         print(
             f"{model:<14} {eps_text:>8} {metric:<15} {mean:>12.5f} {stderr:>10.5f} "
