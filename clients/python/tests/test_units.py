@@ -95,3 +95,25 @@ def test_client_arguments_are_checked() -> None:
         assert client.base_url == "http://127.0.0.1:1"
         with pytest.raises(TypeError):
             client.create_token("one-id-not-a-list")
+
+
+def test_every_public_name_has_a_docstring() -> None:
+    # ruff's pydocstyle rules skip the members of _private modules, where the code lives.
+    import inspect
+
+    missing = []
+    for name in dr.__all__:
+        obj = getattr(dr, name)
+        if name == "__version__":
+            continue
+        if not inspect.getdoc(obj):
+            missing.append(name)
+        if inspect.isclass(obj):
+            for member, value in vars(obj).items():
+                if member.startswith("_"):
+                    continue
+                if isinstance(value, (classmethod, staticmethod)):
+                    value = value.__func__
+                if (callable(value) or isinstance(value, property)) and not value.__doc__:
+                    missing.append(f"{name}.{member}")
+    assert missing == []
