@@ -144,7 +144,10 @@ class FaultProxy:
     ``service-unavailable`` with ``Retry-After`` without forwarding; ``"504"`` forwards, then
     answers 504 ``commit-outcome-unknown`` in place of the service's answer; ``"500"`` answers
     500 ``internal`` without forwarding; ``"garbage"`` answers 200 with a body that is not JSON;
-    ``"hang"`` holds the request for `hang_seconds` without answering, then closes.
+    ``"hang"`` holds the request for `hang_seconds` without answering, then closes;
+    ``"drop-early"`` forwards the request and closes both connections at once, without waiting
+    for the service's answer (the service may still be drawing and committing when the retry
+    arrives).
     """
 
     def __init__(self, upstream: str) -> None:
@@ -226,6 +229,10 @@ class FaultProxy:
                 rewritten.append("Connection: close")
                 with socket.create_connection(self.upstream) as up:
                     up.sendall("\r\n".join(rewritten).encode("latin-1") + b"\r\n\r\n" + body)
+                    if action == "drop-early":
+                        up.shutdown(socket.SHUT_WR)
+                        conn.shutdown(socket.SHUT_RDWR)
+                        return
                     answer = b""
                     while True:
                         chunk = up.recv(65536)

@@ -41,6 +41,24 @@ def test_a_dropped_release_is_retried_and_charged_once(server: Server, proxy: Fa
     )
 
 
+def test_a_release_dropped_before_its_answer_is_charged_once(
+    server: Server, proxy: FaultProxy
+) -> None:
+    # The retry may arrive while the first request is still drawing or committing: whichever
+    # commits first wins, the other gets the stored release, and exactly one is charged.
+    with Client(server.base, server.admin) as direct:
+        dataset = direct.create_dataset("early drop", epsilon=1.0, order=2).id
+    proxy.plan["release"] = ["drop-early"]
+    with Client(proxy.base, server.admin, backoff=0.01, max_backoff=0.01) as client:
+        release = client.release(dataset, COUNTS, epsilon=0.4)
+    with Client(server.base, server.admin) as direct:
+        budget = direct.budget(dataset)
+        stored = list(direct.releases(dataset))
+    assert [s.action for s in proxy.requests("release")] == ["drop-early", "forward"]
+    assert budget.releases == 1 and [r.id for r in stored] == [release.id]
+    assert stored[0].distribution == release.distribution
+
+
 def test_an_async_dropped_release_is_charged_once(server: Server, proxy: FaultProxy) -> None:
     async def scenario() -> None:
         async with AsyncClient(proxy.base, server.admin, backoff=0.05) as client:
