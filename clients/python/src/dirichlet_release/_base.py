@@ -1,0 +1,440 @@
+"""What the sync and async clients share: building requests, the retry rule, reading answers.
+
+Each public method is described once here as a `Call` (the request, how it may be retried, and
+how its answer is read); `Client` and `AsyncClient` only send it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar, Union
+from urllib.parse import quote
+
+import httpx
+
+from ._counts import (
+    Shape,
+    prepare_counts,
+    shape_distribution,
+    shape_distributions,
+    shape_forecasts,
+    to_jsonable,
+)
+from ._exceptions import (
+    APIConnectionError,
+    APITimeoutError,
+    BadResponse,
+    ProblemError,
+    parse_retry_after,
+    problem_class,
+)
+from ._models import Budget, Dataset, Preview, Release, Sensitivity, Token, TokenInfo, WhoAmI
+from ._version import __version__
+
+log = logging.getLogger("dirichlet_release")
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_RETRIES = 4
+DEFAULT_BACKOFF = 0.5
+DEFAULT_MAX_BACKOFF = 8.0
+# A Retry-After longer than this is cut to it: the caller asked for bounded retries.
+MAX_RETRY_AFTER = 60.0
+DEFAULT_PAGE_SIZE = 100
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One API call: the request, its retry rule and how to read a successful answer.
+
+    `resend` is True when sending the request twice has the effect of sending it once (reads, a
+    preview, a release under its Idempotency-Key, a revocation): then any lost connection, 503 or
+    504 ``commit-outcome-unknown`` is retried. Otherwise only failures that prove the request
+    never reached the service (the connection could not be opened) are.
+    """
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    body: Optional[bytes] = None
+    params: Optional[Dict[str, Union[str, int]]] = None
+    headers: Dict[str, str] = field(default_factory=dict)
+    resend: bool = True
+    idempotency_key: Optional[str] = None
+
+
+def _encode(body: Mapping[str, Any]) -> bytes:
+    # Serialised once per call, so every retry sends the same bytes under the same key.
+    return json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise BadResponse(f"HTTP {response.status_code}: the answer is not JSON") from None
+
+
+def _object(response: httpx.Response) -> Dict[str, Any]:
+    doc = _json(response)
+    if not isinstance(doc, dict):
+        raise BadResponse(f"HTTP {response.status_code}: expected a JSON object")
+    return doc
+
+
+def _segment(value: str) -> str:
+    return quote(str(value), safe="")
+
+
+def _problem_type(response: httpx.Response) -> Optional[str]:
+    if "json" not in response.headers.get("content-type", ""):
+        return None
+    try:
+        doc = response.json()
+    except ValueError:
+        return None
+    kind = doc.get("type") if isinstance(doc, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def problem_error(response: httpx.Response, idempotency_key: Optional[str]) -> ProblemError:
+    """The typed exception for an error answer (a problem document, or a bare error page)."""
+    body: Dict[str, Any]
+    doc: Any = None
+    if "json" in response.headers.get("content-type", ""):
+        try:
+            doc = response.json()
+        except ValueError:
+            doc = None
+    if isinstance(doc, dict):
+        body = doc
+    else:
+        # Not from the service (a proxy's page, say): keep the status, the reason and a little
+        # of the text.
+        body = {
+            "type": "about:blank",
+            "title": response.reason_phrase or f"HTTP {response.status_code}",
+            "status": response.status_code,
+            "detail": response.text[:200],
+        }
+    kind = body.get("type")
+    cls = problem_class(response.status_code, kind if isinstance(kind, str) else None)
+    return cls(
+        response.status_code,
+        body,
+        headers={k.lower(): v for k, v in response.headers.items()},
+        idempotency_key=idempotency_key,
+    )
+
+
+_RESENDABLE_ERRORS = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
+# Failures that prove the request never reached the service.
+_UNSENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+class BaseClient:
+    """Configuration, request building and the retry rule shared by both clients."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = DEFAULT_BACKOFF,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+    ) -> None:
+        if not base_url:
+            raise ValueError("base_url is required (e.g. http://127.0.0.1:8080)")
+        if not token:
+            raise ValueError("token is required (the admin token or an analyst token dra_…)")
+        if retries < 0:
+            raise ValueError("retries must be ≥ 0")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._headers = {
+            "Authorization": f"Bearer {token}",
+            "Accept": "application/json, application/problem+json",
+            "User-Agent": f"dirichlet-release-python/{__version__}",
+        }
+
+    @staticmethod
+    def _env() -> tuple[str, str]:
+        url = os.environ.get("DIRICHLET_URL")
+        token = os.environ.get("DIRICHLET_TOKEN")
+        if not url or not token:
+            raise ValueError("set DIRICHLET_URL and DIRICHLET_TOKEN to use from_env()")
+        return url, token
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.base_url!r})"
+
+    # ------------------------------------------------------------------ the retry rule
+
+    def _backoff(self, attempt: int) -> float:
+        # Capped exponential backoff with jitter, so retrying clients do not arrive together.
+        cap = min(self.max_backoff, self.backoff * (2.0**attempt))
+        return cap * (0.5 + random.random() / 2.0)  # timing jitter, not a secret
+
+    def _delay_after_error(
+        self, call: Call[Any], error: Exception, attempt: int
+    ) -> Optional[float]:
+        """Seconds to wait before resending after `error`, or None to give up."""
+        if attempt >= self.retries:
+            return None
+        retry = isinstance(error, _UNSENT_ERRORS) or (
+            call.resend and isinstance(error, _RESENDABLE_ERRORS)
+        )
+        if not retry:
+            return None
+        delay = self._backoff(attempt)
+        log.info(
+            "%s %s: %s; retry %d of %d in %.2f s%s",
+            call.method,
+            call.path,
+            type(error).__name__,
+            attempt + 1,
+            self.retries,
+            delay,
+            f" with Idempotency-Key {call.idempotency_key}" if call.idempotency_key else "",
+        )
+        return delay
+
+    def _delay_after_status(
+        self, call: Call[Any], response: httpx.Response, attempt: int
+    ) -> Optional[float]:
+        """Seconds to wait before resending after an error answer, or None to raise it."""
+        if attempt >= self.retries or not call.resend:
+            return None
+        status = response.status_code
+        if status == 503:
+            retry_after = parse_retry_after(response.headers.get("retry-after"))
+            delay = self._backoff(attempt)
+            if retry_after is not None:
+                delay = max(delay, min(retry_after, MAX_RETRY_AFTER))
+        elif status == 504 and _problem_type(response) == "/problems/commit-outcome-unknown":
+            delay = self._backoff(attempt)
+        else:
+            return None
+        log.info(
+            "%s %s: HTTP %d; retry %d of %d in %.2f s%s",
+            call.method,
+            call.path,
+            status,
+            attempt + 1,
+            self.retries,
+            delay,
+            f" with Idempotency-Key {call.idempotency_key}" if call.idempotency_key else "",
+        )
+        return delay
+
+    def _connection_error(self, call: Call[Any], error: Exception) -> APIConnectionError:
+        cls = APITimeoutError if isinstance(error, httpx.TimeoutException) else APIConnectionError
+        tries = "once" if self.retries == 0 else f"{self.retries + 1} times"
+        message = f"{call.method} {call.path}: {type(error).__name__}: {error} (tried {tries})"
+        if call.idempotency_key:
+            message += (
+                f"; the release may or may not have been charged: call release again with "
+                f"idempotency_key={call.idempotency_key!r} to find out without paying twice"
+            )
+        return cls(message, idempotency_key=call.idempotency_key)
+
+    # ------------------------------------------------------------------ the calls
+
+    def _create_dataset(
+        self,
+        name: str,
+        *,
+        epsilon: float,
+        order: Optional[float],
+        delta: Optional[float],
+        neighbouring: Optional[str],
+        sensitivity: Union[Sensitivity, Mapping[str, float], None],
+    ) -> Call[Dataset]:
+        budget: Dict[str, Any] = {"epsilon": epsilon}
+        if order is not None:
+            budget["order"] = order
+        if delta is not None:
+            budget["delta"] = delta
+        body: Dict[str, Any] = {"name": name, "budget": budget}
+        if neighbouring is not None:
+            body["neighbouring"] = neighbouring
+        if sensitivity is not None:
+            body["sensitivity"] = (
+                sensitivity.to_json() if isinstance(sensitivity, Sensitivity) else dict(sensitivity)
+            )
+        return Call(
+            "POST",
+            "/v1/datasets",
+            lambda r: Dataset.from_json(_object(r)),
+            body=_encode(body),
+            resend=False,
+        )
+
+    def _get_dataset(self, dataset_id: str) -> Call[Dataset]:
+        return Call(
+            "GET", f"/v1/datasets/{_segment(dataset_id)}", lambda r: Dataset.from_json(_object(r))
+        )
+
+    def _list_datasets(self) -> Call[List[Dataset]]:
+        return Call(
+            "GET",
+            "/v1/datasets",
+            lambda r: [Dataset.from_json(d) for d in _object(r).get("items", [])],
+        )
+
+    def _budget(self, dataset_id: str) -> Call[Budget]:
+        return Call(
+            "GET",
+            f"/v1/datasets/{_segment(dataset_id)}/budget",
+            lambda r: Budget.from_json(_object(r)),
+        )
+
+    @staticmethod
+    def _release_body(
+        counts: Any,
+        epsilon: Optional[float],
+        mechanism: str,
+        label: Optional[str],
+        params: Mapping[str, Any],
+    ) -> tuple[Dict[str, Any], Shape]:
+        member, value, shape = prepare_counts(counts)
+        body: Dict[str, Any] = {member: value, "mechanism": mechanism}
+        if epsilon is not None:
+            body["epsilon"] = epsilon
+        if label is not None:
+            body["label"] = label
+        for name, param in params.items():
+            if param is not None:
+                body[name] = to_jsonable(param, name)
+        return body, shape
+
+    def _preview(
+        self,
+        dataset_id: str,
+        counts: Any,
+        epsilon: Optional[float],
+        mechanism: str,
+        label: Optional[str],
+        params: Mapping[str, Any],
+    ) -> Call[Preview]:
+        body, shape = self._release_body(counts, epsilon, mechanism, label, params)
+
+        def parse(response: httpx.Response) -> Preview:
+            doc = _object(response)
+            raw = doc.get("forecasts")
+            forecasts = shape_forecasts(raw if isinstance(raw, list) else None, shape)
+            return Preview.from_json(doc, forecasts=forecasts)
+
+        return Call(
+            "POST",
+            f"/v1/datasets/{_segment(dataset_id)}/releases/preview",
+            parse,
+            body=_encode(body),
+        )
+
+    def _release(
+        self,
+        dataset_id: str,
+        counts: Any,
+        epsilon: Optional[float],
+        mechanism: str,
+        label: Optional[str],
+        idempotency_key: Optional[str],
+        params: Mapping[str, Any],
+    ) -> Call[Release]:
+        body, shape = self._release_body(counts, epsilon, mechanism, label, params)
+        key = idempotency_key if idempotency_key is not None else str(uuid.uuid4())
+
+        def parse(response: httpx.Response) -> Release:
+            doc = _object(response)
+            distribution = distributions = None
+            if isinstance(doc.get("distribution"), list):
+                distribution = shape_distribution([float(p) for p in doc["distribution"]], shape)
+            if isinstance(doc.get("distributions"), list):
+                rows = [[float(p) for p in row] for row in doc["distributions"]]
+                distributions = shape_distributions(rows, shape)
+            return Release.from_json(
+                doc,
+                replayed=response.headers.get("idempotent-replayed", "").lower() == "true",
+                idempotency_key=key,
+                distribution=distribution,
+                distributions=distributions,
+            )
+
+        return Call(
+            "POST",
+            f"/v1/datasets/{_segment(dataset_id)}/releases",
+            parse,
+            body=_encode(body),
+            headers={"Idempotency-Key": key},
+            idempotency_key=key,
+        )
+
+    def _release_page(
+        self, dataset_id: str, before: Optional[int], page_size: int
+    ) -> Call[tuple[List[Release], Optional[int]]]:
+        params: Dict[str, Union[str, int]] = {"limit": page_size}
+        if before is not None:
+            params["before"] = before
+
+        def parse(response: httpx.Response) -> tuple[List[Release], Optional[int]]:
+            doc = _object(response)
+            items = [Release.from_json(item) for item in doc.get("items", [])]
+            next_before = doc.get("next_before")
+            return items, int(next_before) if next_before is not None else None
+
+        return Call("GET", f"/v1/datasets/{_segment(dataset_id)}/releases", parse, params=params)
+
+    def _get_release(self, dataset_id: str, release_id: str) -> Call[Release]:
+        return Call(
+            "GET",
+            f"/v1/datasets/{_segment(dataset_id)}/releases/{_segment(release_id)}",
+            lambda r: Release.from_json(_object(r)),
+        )
+
+    def _create_token(self, datasets: Sequence[str], expires_at: Optional[Any]) -> Call[Token]:
+        if isinstance(datasets, str):
+            raise TypeError("datasets must be a list of dataset ids, not one string")
+        body: Dict[str, Any] = {"datasets": [str(d) for d in datasets]}
+        if expires_at is not None:
+            body["expires_at"] = (
+                expires_at if isinstance(expires_at, str) else expires_at.isoformat()
+            )
+        return Call(
+            "POST",
+            "/v1/tokens",
+            lambda r: Token.from_json(_object(r)),
+            body=_encode(body),
+            resend=False,
+        )
+
+    def _list_tokens(self) -> Call[List[TokenInfo]]:
+        return Call(
+            "GET",
+            "/v1/tokens",
+            lambda r: [TokenInfo.from_json(t) for t in _object(r).get("items", [])],
+        )
+
+    def _revoke_token(self, token_id: str) -> Call[None]:
+        return Call("DELETE", f"/v1/tokens/{_segment(token_id)}", lambda r: None)
+
+    def _whoami(self) -> Call[WhoAmI]:
+        return Call("GET", "/v1/whoami", lambda r: WhoAmI.from_json(_object(r)))
+
+    def _request_headers(self, call: Call[Any]) -> Dict[str, str]:
+        headers = dict(self._headers)
+        if call.body is not None:
+            headers["Content-Type"] = "application/json"
+        headers.update(call.headers)
+        return headers

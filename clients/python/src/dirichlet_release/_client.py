@@ -1,0 +1,440 @@
+"""`Client` (blocking) and `AsyncClient` (asyncio): the same methods, the same retry rule."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from types import TracebackType
+from typing import (
+    Any,
+    AsyncIterator,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Type,
+    TypeVar,
+    Union,
+)
+
+import httpx
+
+from ._base import (
+    DEFAULT_BACKOFF,
+    DEFAULT_MAX_BACKOFF,
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT,
+    BaseClient,
+    Call,
+    problem_error,
+)
+from ._models import Budget, Dataset, Preview, Release, Sensitivity, Token, TokenInfo, WhoAmI
+
+__all__ = ["AsyncClient", "Client"]
+
+T = TypeVar("T")
+_Self = TypeVar("_Self", bound="Client")
+_ASelf = TypeVar("_ASelf", bound="AsyncClient")
+
+
+class Client(BaseClient):
+    """A blocking client of a dirichlet-release service.
+
+    >>> with Client("http://127.0.0.1:8080", token) as client:          # doctest: +SKIP
+    ...     dataset = client.create_dataset("visits", epsilon=1.0, order=2)
+    ...     release = client.release(dataset.id, [120, 45, 3, 0, 17, 9], epsilon=0.4)
+
+    Args:
+        base_url: the service's address, e.g. ``http://127.0.0.1:8080``.
+        token: the admin token or an analyst token ``dra_…``.
+        timeout: seconds to wait for each attempt's answer.
+        retries: how many times a failed call is sent again (0: never). Reads, previews,
+            releases (under their Idempotency-Key) and revocations are retried on a lost
+            connection, a 503 (after its ``Retry-After``) and a 504 ``commit-outcome-unknown``;
+            creating a dataset or a token only when the connection could not be opened. A 4xx
+            is never retried.
+        backoff: the first wait between attempts, in seconds; it doubles on each retry.
+        max_backoff: the longest wait between attempts (a longer ``Retry-After`` still wins,
+            up to 60 s).
+        http_client: an `httpx.Client` to send with (its own base URL is not used); the caller
+            closes it.
+
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = DEFAULT_BACKOFF,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        http_client: Optional[httpx.Client] = None,
+    ) -> None:
+        super().__init__(
+            base_url,
+            token,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+        )
+        self._owns_http = http_client is None
+        self._http = http_client if http_client is not None else httpx.Client(timeout=timeout)
+
+    @classmethod
+    def from_env(cls: Type[_Self], **options: Any) -> _Self:
+        """A client for ``$DIRICHLET_URL`` with the token ``$DIRICHLET_TOKEN``."""
+        url, token = cls._env()
+        return cls(url, token, **options)
+
+    def close(self) -> None:
+        """Close the connections (only those of an `httpx.Client` this client made)."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def _run(self, call: Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                response = self._http.request(
+                    call.method,
+                    self.base_url + call.path,
+                    content=call.body,
+                    params=call.params,
+                    headers=self._request_headers(call),
+                    timeout=self.timeout,
+                )
+            except httpx.TransportError as error:
+                delay = self._delay_after_error(call, error, attempt)
+                if delay is None:
+                    raise self._connection_error(call, error) from error
+            else:
+                if response.is_success:
+                    return call.parse(response)
+                delay = self._delay_after_status(call, response, attempt)
+                if delay is None:
+                    raise problem_error(response, call.idempotency_key)
+            time.sleep(delay)
+            attempt += 1
+
+    def create_dataset(
+        self,
+        name: str,
+        *,
+        epsilon: float,
+        order: Optional[float] = None,
+        delta: Optional[float] = None,
+        neighbouring: Optional[str] = None,
+        sensitivity: Union[Sensitivity, Mapping[str, float], None] = None,
+    ) -> Dataset:
+        """Register a dataset and its privacy budget (admin only).
+
+        Without `delta` the budget is `epsilon` of Rényi DP at `order` (the ledger order λ₀,
+        required then); with `delta` it is an (ε, δ)-DP target converted to RDP at `order`
+        (chosen by the service when None). `neighbouring` is ``"replace_one"`` (the default)
+        or ``"add_remove_one"``; `sensitivity` (``{"l2_squared": …, "linf": …}``) sets custom
+        sensitivities instead.
+        """
+        return self._run(
+            self._create_dataset(
+                name,
+                epsilon=epsilon,
+                order=order,
+                delta=delta,
+                neighbouring=neighbouring,
+                sensitivity=sensitivity,
+            )
+        )
+
+    def get_dataset(self, dataset_id: str) -> Dataset:
+        """One dataset (`NotFound` if it does not exist or the token may not see it)."""
+        return self._run(self._get_dataset(dataset_id))
+
+    def list_datasets(self) -> List[Dataset]:
+        """Every dataset the token may see, oldest first."""
+        return self._run(self._list_datasets())
+
+    def budget(self, dataset_id: str) -> Budget:
+        """The dataset's ledger now: `order`, `total`, `spent`, `remaining`, `releases`, `dp`."""
+        return self._run(self._budget(dataset_id))
+
+    def preview(
+        self,
+        dataset_id: str,
+        counts: Any,
+        *,
+        epsilon: Optional[float] = None,
+        mechanism: str = "dirichlet",
+        label: Optional[str] = None,
+        **params: Any,
+    ) -> Preview:
+        """Price a release and forecast its utility; nothing is drawn and nothing is spent.
+
+        Takes the same arguments as `release` (without the key).
+        """
+        return self._run(self._preview(dataset_id, counts, epsilon, mechanism, label, params))
+
+    def release(
+        self,
+        dataset_id: str,
+        counts: Any,
+        *,
+        epsilon: Optional[float] = None,
+        mechanism: str = "dirichlet",
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        **params: Any,
+    ) -> Release:
+        """Calibrate, charge and draw one private release.
+
+        Args:
+            dataset_id: the dataset to charge.
+            counts: a list of counts, a 1-D numpy array or a `pandas.Series` (one vector; the
+                Series' index names the cells), or a list of lists, a 2-D array or a
+                `pandas.DataFrame` (a table: one row per disjoint group of records, one column
+                per cell, released for one charge).
+            epsilon: the privacy cost to calibrate to (a cap for fully specified mechanisms).
+            mechanism: ``dirichlet``, ``posterior``, ``diffuse``, ``explicit``, ``gaussian``,
+                ``laplace`` or ``exponential``.
+            label: free text stored with the release.
+            idempotency_key: the retry handle; a fresh UUID when None. Every retry of this call
+                sends the same key and the same body, so the service charges at most once and a
+                retried call returns the stored release (``replayed`` is then True).
+            **params: the mechanism's own fields: ``prior``, ``r``, ``alpha``, ``sigma``,
+                ``scale``, ``lower_bound``, ``prior_shape``, ``order``. Arrays and Series are
+                accepted.
+
+        Raises:
+            BudgetExhausted: the release would overspend (nothing charged).
+            InvalidRequest: the request cannot be carried out (see its subclasses).
+            APIConnectionError: no answer after every retry; the outcome is unknown, retry with
+                the same key (kept on the exception).
+
+        """
+        return self._run(
+            self._release(dataset_id, counts, epsilon, mechanism, label, idempotency_key, params)
+        )
+
+    def releases(self, dataset_id: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> Iterator[Release]:
+        """Every stored release of the dataset, newest first, fetching page after page."""
+        before: Optional[int] = None
+        while True:
+            items, before = self._run(self._release_page(dataset_id, before, page_size))
+            yield from items
+            if before is None:
+                return
+
+    def get_release(self, dataset_id: str, release_id: str) -> Release:
+        """One stored release (its `budget` is None: read `budget()` for the ledger now)."""
+        return self._run(self._get_release(dataset_id, release_id))
+
+    def create_token(self, datasets: Sequence[str], *, expires_at: Optional[Any] = None) -> Token:
+        """An analyst token confined to `datasets` (admin only).
+
+        `expires_at` (a `datetime` or an RFC 3339 string) ends it; the secret (`Token.token`)
+        is returned only this once.
+        """
+        return self._run(self._create_token(datasets, expires_at))
+
+    def list_tokens(self) -> List[TokenInfo]:
+        """Every analyst token, revoked and expired ones included, never their secrets (admin)."""
+        return self._run(self._list_tokens())
+
+    def revoke_token(self, token_id: str) -> None:
+        """Revoke an analyst token by its public id (admin only); revoking twice is a no-op."""
+        self._run(self._revoke_token(token_id))
+
+    def whoami(self) -> WhoAmI:
+        """The presented token's role (and an analyst token's id and datasets)."""
+        return self._run(self._whoami())
+
+
+class AsyncClient(BaseClient):
+    """The asyncio client: the methods of `Client`, as coroutines.
+
+    >>> async with AsyncClient("http://127.0.0.1:8080", token) as client:  # doctest: +SKIP
+    ...     release = await client.release(dataset_id, counts, epsilon=0.4)
+
+    The arguments are those of `Client`; `http_client` is an `httpx.AsyncClient`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = DEFAULT_BACKOFF,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        http_client: Optional[httpx.AsyncClient] = None,
+    ) -> None:
+        super().__init__(
+            base_url,
+            token,
+            timeout=timeout,
+            retries=retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+        )
+        self._owns_http = http_client is None
+        self._http = http_client if http_client is not None else httpx.AsyncClient(timeout=timeout)
+
+    @classmethod
+    def from_env(cls: Type[_ASelf], **options: Any) -> _ASelf:
+        """A client for ``$DIRICHLET_URL`` with the token ``$DIRICHLET_TOKEN``."""
+        url, token = cls._env()
+        return cls(url, token, **options)
+
+    async def close(self) -> None:
+        """Close the connections (only those of an `httpx.AsyncClient` this client made)."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self: _ASelf) -> _ASelf:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await self.close()
+
+    async def _run(self, call: Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method,
+                    self.base_url + call.path,
+                    content=call.body,
+                    params=call.params,
+                    headers=self._request_headers(call),
+                    timeout=self.timeout,
+                )
+            except httpx.TransportError as error:
+                delay = self._delay_after_error(call, error, attempt)
+                if delay is None:
+                    raise self._connection_error(call, error) from error
+            else:
+                if response.is_success:
+                    return call.parse(response)
+                delay = self._delay_after_status(call, response, attempt)
+                if delay is None:
+                    raise problem_error(response, call.idempotency_key)
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    async def create_dataset(
+        self,
+        name: str,
+        *,
+        epsilon: float,
+        order: Optional[float] = None,
+        delta: Optional[float] = None,
+        neighbouring: Optional[str] = None,
+        sensitivity: Union[Sensitivity, Mapping[str, float], None] = None,
+    ) -> Dataset:
+        """Register a dataset and its privacy budget (admin only); see `Client.create_dataset`."""
+        return await self._run(
+            self._create_dataset(
+                name,
+                epsilon=epsilon,
+                order=order,
+                delta=delta,
+                neighbouring=neighbouring,
+                sensitivity=sensitivity,
+            )
+        )
+
+    async def get_dataset(self, dataset_id: str) -> Dataset:
+        """One dataset (`NotFound` if it does not exist or the token may not see it)."""
+        return await self._run(self._get_dataset(dataset_id))
+
+    async def list_datasets(self) -> List[Dataset]:
+        """Every dataset the token may see, oldest first."""
+        return await self._run(self._list_datasets())
+
+    async def budget(self, dataset_id: str) -> Budget:
+        """The dataset's ledger now: `order`, `total`, `spent`, `remaining`, `releases`, `dp`."""
+        return await self._run(self._budget(dataset_id))
+
+    async def preview(
+        self,
+        dataset_id: str,
+        counts: Any,
+        *,
+        epsilon: Optional[float] = None,
+        mechanism: str = "dirichlet",
+        label: Optional[str] = None,
+        **params: Any,
+    ) -> Preview:
+        """Price a release and forecast it, nothing spent; see `Client.preview`."""
+        return await self._run(self._preview(dataset_id, counts, epsilon, mechanism, label, params))
+
+    async def release(
+        self,
+        dataset_id: str,
+        counts: Any,
+        *,
+        epsilon: Optional[float] = None,
+        mechanism: str = "dirichlet",
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        **params: Any,
+    ) -> Release:
+        """Calibrate, charge and draw one private release; see `Client.release`."""
+        return await self._run(
+            self._release(dataset_id, counts, epsilon, mechanism, label, idempotency_key, params)
+        )
+
+    async def releases(
+        self, dataset_id: str, *, page_size: int = DEFAULT_PAGE_SIZE
+    ) -> AsyncIterator[Release]:
+        """Every stored release of the dataset, newest first (``async for``)."""
+        before: Optional[int] = None
+        while True:
+            items, before = await self._run(self._release_page(dataset_id, before, page_size))
+            for item in items:
+                yield item
+            if before is None:
+                return
+
+    async def get_release(self, dataset_id: str, release_id: str) -> Release:
+        """One stored release (its `budget` is None)."""
+        return await self._run(self._get_release(dataset_id, release_id))
+
+    async def create_token(
+        self, datasets: Sequence[str], *, expires_at: Optional[Any] = None
+    ) -> Token:
+        """An analyst token confined to `datasets` (admin only); see `Client.create_token`."""
+        return await self._run(self._create_token(datasets, expires_at))
+
+    async def list_tokens(self) -> List[TokenInfo]:
+        """Every analyst token, never their secrets (admin only)."""
+        return await self._run(self._list_tokens())
+
+    async def revoke_token(self, token_id: str) -> None:
+        """Revoke an analyst token by its public id (admin only)."""
+        await self._run(self._revoke_token(token_id))
+
+    async def whoami(self) -> WhoAmI:
+        """The presented token's role (and an analyst token's id and datasets)."""
+        return await self._run(self._whoami())

@@ -1,0 +1,62 @@
+"""`AsyncClient` has the methods of `Client`; every one of them against the real service."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pandas as pd
+import pytest
+
+import dirichlet_release as dr
+from dirichlet_release import AsyncClient, Client
+
+from .conftest import Server
+
+COUNTS = [120, 45, 3, 0, 17, 9]
+
+
+def test_the_two_clients_have_the_same_methods() -> None:
+    def public(cls: type) -> dict[str, inspect.Signature]:
+        return {
+            name: inspect.signature(member)
+            for name, member in vars(cls).items()
+            if not name.startswith("_") and callable(member)
+        }
+
+    sync, coroutines = public(Client), public(AsyncClient)
+    assert sync.keys() == coroutines.keys()
+    for name, signature in sync.items():
+        assert list(signature.parameters) == list(coroutines[name].parameters), name
+
+
+def test_every_async_method(server: Server) -> None:
+    async def scenario() -> None:
+        async with AsyncClient(server.base, server.admin) as client:
+            dataset = await client.create_dataset("async", epsilon=1.0, order=2)
+            assert (await client.get_dataset(dataset.id)) == dataset
+            assert dataset.id in [d.id for d in await client.list_datasets()]
+            preview = await client.preview(dataset.id, COUNTS, epsilon=0.4)
+            assert preview.admissible
+            series = pd.Series(COUNTS, index=list("abcdef"))
+            release = await client.release(dataset.id, series, epsilon=0.4, label="async")
+            assert isinstance(release.distribution, pd.Series)
+            assert list(release.distribution.index) == list("abcdef")
+            stored = await client.get_release(dataset.id, release.id)
+            assert stored.label == "async"
+            assert [r.id async for r in client.releases(dataset.id)] == [release.id]
+            budget = await client.budget(dataset.id)
+            assert budget.releases == 1
+            token = await client.create_token([dataset.id])
+            assert token.id in [t.id for t in await client.list_tokens()]
+            async with AsyncClient(server.base, token.token) as analyst:
+                assert (await analyst.whoami()).role == "analyst"
+                await client.revoke_token(token.id)
+                with pytest.raises(dr.Unauthorized):
+                    await analyst.whoami()
+            assert (await client.whoami()).role == "admin"
+            with pytest.raises(dr.BudgetExhausted) as caught:
+                await client.release(dataset.id, COUNTS, epsilon=0.8)
+            assert caught.value.remaining == budget.remaining
+
+    asyncio.run(scenario())
