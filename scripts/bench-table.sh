@@ -21,7 +21,6 @@ ROWS=${ROWS:-600}
 CELLS=${CELLS:-10}
 REPS=${REPS:-$([ $short = 1 ] && echo 5 || echo 30)}
 SEPARATE=${SEPARATE:-$([ $short = 1 ] && echo 1 || echo 3)}
-pg_admin=${DIRICHLET_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 target_dir=${CARGO_TARGET_DIR:-target}
 BIN=${BIN:-$target_dir/release/dirichlet-release}
 OUT=${OUT:-$target_dir/bench-e2e}
@@ -30,27 +29,10 @@ for tool in psql jq curl python3; do
 done
 [ -x "$BIN" ] || cargo build --release --quiet --bin dirichlet-release
 mkdir -p "$OUT"
-work=$(mktemp -d)
-db="dr_table_$(date +%s)_$$"
-pid=""
-cleanup() {
-  [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
-  psql "$pg_admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-psql "$pg_admin" -qc "CREATE DATABASE $db"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-base="http://127.0.0.1:$port"
-admin="bench-admin-$(date +%s)-token"
-DIRICHLET_DATABASE_URL="${pg_admin%/*}/$db" DIRICHLET_LISTEN="127.0.0.1:$port" \
-  DIRICHLET_ADMIN_TOKEN="$admin" "$BIN" >"$work/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do
-  curl -sf "$base/readyz" >/dev/null && break
-  kill -0 "$pid" 2>/dev/null || { cat "$work/server.log"; echo "server exited" >&2; exit 1; }
-  sleep 0.2
-done
+# shellcheck source=scripts/serve.sh
+. scripts/serve.sh
+serve postgres "$BIN"
+work=$serve_work pid=$SERVER_PID base=$BASE admin=$ADMIN
 # A budget no run exhausts: ε = 8000 at order 2, 0.01 per release.
 ds=$(curl -sSf -X POST "$base/v1/datasets" -H "Authorization: Bearer $admin" \
   -H 'Content-Type: application/json' \

@@ -6,7 +6,7 @@
 # make a token for it; release -> read the release ...). Every response is checked; any failure
 # exits non-zero. Bounded to finish in about two minutes on 2 cores.
 #
-#   scripts/schemathesis.sh [DATABASE_URL]      (default: a temporary SQLite file)
+#   scripts/schemathesis.sh [sqlite|postgres|DATABASE_URL]      (default: a temporary SQLite file)
 #   BIN=target/release/dirichlet-release scripts/schemathesis.sh postgres://postgres@127.0.0.1:5432/db
 #
 # Knobs (environment): SCHEMATHESIS_MAX_EXAMPLES (per operation and phase, default 30),
@@ -33,34 +33,12 @@ REPORTS=${SCHEMATHESIS_REPORTS:-target/schemathesis-report}
 TOOLS_VENV=${SCHEMATHESIS_VENV:-$PWD/target/schemathesis-venv} tools_venv "schemathesis==$SCHEMATHESIS_VERSION"
 
 [ -x "$BIN" ] || cargo build --quiet
-work=$(mktemp -d)
-pid=
-cleanup() {
-  # SIGTERM lets the server drain; one stuck in a request (the hang this script exists to find)
-  # never exits, so SIGKILL after 10 s rather than leave it spinning after the run.
-  if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-ADMIN="schemathesis-admin-$(date +%s)-token"
-BASE="http://127.0.0.1:$port"
 # Small limits keep generated requests cheap: schemathesis may send long arrays and big numbers.
-DIRICHLET_DATABASE_URL=${1:-sqlite://$work/schemathesis.db} DIRICHLET_LISTEN="127.0.0.1:$port" \
-  DIRICHLET_ADMIN_TOKEN="$ADMIN" DIRICHLET_MAX_DIMENSION=10000 DIRICHLET_LOG_LEVEL=warn \
-  "$BIN" >"$work/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do
-  curl -sf "$BASE/readyz" >/dev/null && break
-  kill -0 "$pid" 2>/dev/null || { cat "$work/server.log"; echo "server exited" >&2; exit 1; }
-  sleep 0.2
-done
-curl -sf "$BASE/readyz" >/dev/null || { cat "$work/server.log"; echo "server not ready" >&2; exit 1; }
+export DIRICHLET_MAX_DIMENSION=10000 DIRICHLET_LOG_LEVEL=warn
+# shellcheck source=scripts/serve.sh
+. scripts/serve.sh
+serve "${1:-sqlite}" "$BIN"
+work=$serve_work
 
 # Seed datasets (and one release) for the generated requests to use: a random id only ever meets
 # 404, so path `id`/`release_id` and the `datasets` of a token are drawn from these most of the

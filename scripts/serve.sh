@@ -3,11 +3,14 @@
 # and stop it (and drop the database) when the script exits.
 #
 #   source scripts/serve.sh
-#   serve sqlite|postgres [BIN]     sets BASE, ADMIN, SERVER_LOG and SERVER_PID; waits for /readyz
+#   serve sqlite|postgres|URL [BIN]   sets BASE, ADMIN, SERVER_LOG and SERVER_PID; waits for /readyz
 #
-# postgres: a fresh database on DIRICHLET_TEST_POSTGRES_URL's server (default
-# postgres://postgres@127.0.0.1:5432/postgres). BIN defaults to target/debug/dirichlet-release,
-# built if missing. Extra DIRICHLET_* variables in the caller's environment reach the server.
+# sqlite: a fresh file. postgres: a fresh database on DIRICHLET_TEST_POSTGRES_URL's server
+# (default postgres://postgres@127.0.0.1:5432/postgres), dropped on exit. A sqlite:// or
+# postgres:// URL: that database, as it is (the caller owns it). BIN defaults to
+# target/debug/dirichlet-release, built if missing. Extra DIRICHLET_* variables exported by the
+# caller reach the server. Every script that starts a server for a test or a benchmark uses this
+# (scripts/docker-cmd-on-host.sh excepted: it checks the image's own start command).
 
 serve_work=$(mktemp -d)
 SERVER_PID=
@@ -38,7 +41,8 @@ serve() {
       serve_db="dr_test_$(date +%s)_$$"
       psql "$serve_pg_admin" -qc "CREATE DATABASE $serve_db"
       url="${serve_pg_admin%/*}/$serve_db" ;;
-    *) echo "serve: backend must be sqlite or postgres, not '$backend'" >&2; return 2 ;;
+    sqlite://*|postgres://*|postgresql://*) url=$backend ;;
+    *) echo "serve: backend must be sqlite, postgres or a database URL, not '$backend'" >&2; return 2 ;;
   esac
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   export ADMIN="test-admin-$(date +%s)-$RANDOM-token"
