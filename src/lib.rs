@@ -16,6 +16,5 @@ pub mod privacy;
 pub mod release;
 pub mod startup;
 pub mod store;
-pub mod table;
 pub mod telemetry;
 pub mod wire;

@@ -9,6 +9,7 @@
 pub mod record;
 pub mod request;
 pub mod seeds;
+pub mod table;
 
 use serde::Serialize;
 

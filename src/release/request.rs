@@ -17,13 +17,13 @@ use sha2::Sha256;
 
 use super::record::Selection;
 use super::seeds::{self, BoundedMode, BoundedSpec, ExponentialSpec};
+use super::table::{self, CountTable};
 use super::{Draw, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
 use crate::ledger::{Label, Output};
 use crate::privacy::bounded::CellValues;
 use crate::privacy::exponential::BetaCandidates;
 use crate::privacy::types::Relation;
 use crate::privacy::{Counts, Epsilon, Order, Prior, Sensitivity};
-use crate::table::{self, CountTable};
 use crate::wire::{cells, non_null, rows, ScalarOrCells};
 
 /// Counts above this lose integer precision in f64 and push Gamma shapes towards overflow; the
@@ -354,7 +354,7 @@ impl Request {
 
     /// The cells that price the release and the relation it is priced under: a table is priced
     /// as one vector of its row length under the table form of the dataset's relation (see
-    /// `crate::table`).
+    /// `release::table`).
     pub fn priced_as(&self, sensitivity: &Sensitivity) -> (usize, Sensitivity) {
         match &self.input {
             Input::Vector(counts) => (counts.len(), *sensitivity),

@@ -33,8 +33,8 @@ use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, NewRelease
 use crate::privacy::utility::Forecast;
 use crate::release::record::Mechanism;
 use crate::release::request::{Context, Input, Request, RequestBody, RequestError};
+use crate::release::table;
 use crate::release::{self, Plan, PlanError, VectorForecast};
-use crate::table;
 
 /// Draws with fewer cells than this run inline; larger ones move to the blocking pool.
 const INLINE_DRAW_CELLS: usize = 4096;
