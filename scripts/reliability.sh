@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The long reliability runs (tests/reliability.rs, the #[ignore]d ones) and the storage-failure
-# tests (tests/sqlite_failures.rs), with the real binary:
+# The long reliability runs (tests/it/reliability.rs, the #[ignore]d ones) and the storage-failure
+# tests (tests/it/sqlite_failures.rs), with the real binary:
 #   - replicas racing: REPLICAS server processes on one PostgreSQL database, RELEASES release
 #     requests from CLIENTS concurrent clients against datasets whose budgets admit exactly K of
 #     them each (the first, hot, dataset gets half the requests);
@@ -53,6 +53,6 @@ echo "reliability ($mode): releases=$DIRICHLET_REL_RELEASES clients=$DIRICHLET_R
 
 started=$(date +%s)
 # One scenario at a time (they also serialise themselves), with their output.
-cargo test --test reliability -- --ignored --nocapture --test-threads=1
-cargo test --test sqlite_failures -- --nocapture --test-threads=1
+cargo test --test it reliability:: -- --ignored --nocapture --test-threads=1
+cargo test --test it sqlite_failures:: -- --nocapture --test-threads=1
 echo "reliability ($mode): passed in $(($(date +%s) - started)) s; figures in $DIRICHLET_REL_REPORT"

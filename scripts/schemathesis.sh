@@ -86,7 +86,7 @@ TOML
 #       calibration-infeasible), a mechanism with no RDP guarantee at the ledger order
 #       (no-guarantee), a fully specified mechanism that costs more than its `epsilon` cap
 #       (cost-exceeds-epsilon). status_code_conformance still checks that these are declared, and
-#       tests/openapi.rs asserts the positive direction on concrete bodies.
+#       tests/it/openapi.rs asserts the positive direction on concrete bodies.
 # SCHEMATHESIS_EXCLUDED replaces this list (comma-separated; empty runs every check).
 EXCLUDED=${SCHEMATHESIS_EXCLUDED-positive_data_acceptance}
 

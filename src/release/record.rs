@@ -3,7 +3,7 @@
 //!
 //! Stored as JSON through `serde_json::Value`, whose maps sort their keys, so the stored text does
 //! not depend on the field order here; the field names and which are present are part of every
-//! stored row (tests/golden.rs pins them). Absent fields are left out, never `null`.
+//! stored row (tests/it/golden.rs pins them). Absent fields are left out, never `null`.
 
 use serde::Serialize;
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! [`RequestBody`] is the JSON as it arrives: every field optional, read with number sequences
 //! bounded (`crate::wire`). It is also the *canonical form* of a request: re-serialised, it is
 //! what the idempotency fingerprint hashes, so its field order and skip rules are part of every
-//! stored fingerprint (tests/golden.rs pins them). Never logged or stored; no `Debug`.
+//! stored fingerprint (tests/it/golden.rs pins them). Never logged or stored; no `Debug`.
 //!
 //! [`Request::parse`] turns a body into a [`Request`]: the input (a vector or a table), the
 //! mechanism with exactly its own fields ([`Spec`], one variant per mechanism), and the label.

@@ -39,7 +39,7 @@ pub(super) fn key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// The idempotency fingerprint of a release body, as `create` computes and stores it: pure, so
-/// that a golden test (tests/golden.rs) can pin the stored fingerprints of existing databases.
+/// that a golden test (tests/it/golden.rs) can pin the stored fingerprints of existing databases.
 pub fn body_fingerprint(
     key: &[u8; 32],
     dataset: Uuid,

@@ -3,12 +3,10 @@
 //! file (with its WAL) and a pg_dump of the PostgreSQL database are searched for the marker, as
 //! text and as the bytes of an f64.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::app::{fresh_database, Backend, ADMIN_TOKEN};
-use common::binary;
+use crate::common::app::{fresh_database, Backend, ADMIN_TOKEN};
+use crate::common::binary;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -195,7 +193,7 @@ async fn counts_never_reach_storage_or_logs(backend: Backend) {
             assert!(std::fs::metadata(&path).unwrap().len() > 0);
         }
         Backend::Postgres => {
-            let dump = common::server::pg_dump(&database_url);
+            let dump = crate::common::server::pg_dump(&database_url);
             assert!(
                 String::from_utf8_lossy(&dump).contains("releases"),
                 "the dump has the releases table"

@@ -174,7 +174,6 @@ pub async fn assert_problem(response: Response, status: StatusCode, slug: &str) 
 }
 
 /// Generate a `#[tokio::test]` per backend for each listed async fn taking a `Backend`.
-#[macro_export]
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod sqlite {

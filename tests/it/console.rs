@@ -4,9 +4,7 @@
 //! assets reference only each other and use no inline code; `GET /v1/whoami` names the role.
 //! The browser scenario is `scripts/console-test.sh`.
 
-mod common;
-
-use common::app::*;
+use crate::common::app::*;
 use dirichlet_release::http::console::{ASSETS, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -157,7 +155,7 @@ fn the_policy_is_strict() {
 /// not use for tokens or markup.
 #[test]
 fn the_assets_use_no_inline_code_and_reference_only_each_other() {
-    let index = include_str!("../src/http/console/assets/index.html");
+    let index = include_str!("../../src/http/console/assets/index.html");
     let names: Vec<&str> = ASSETS.iter().map(|(name, _, _)| *name).collect();
     assert!(!index.contains("<style"), "an inline stylesheet");
     assert!(!index.contains("style="), "an inline style attribute");

@@ -2,12 +2,10 @@
 //! `/audit` route, on SQLite and PostgreSQL against the real server; revocation across two server
 //! processes sharing one PostgreSQL database.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::app::{assert_problem, spawn_app, Backend, TestApp, ADMIN_TOKEN};
-use common::server::Replica;
+use crate::common::app::{assert_problem, spawn_app, Backend, TestApp, ADMIN_TOKEN};
+use crate::common::server::Replica;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sqlx::{Connection, Executor};
@@ -371,7 +369,7 @@ on_both_backends!(
 /// A token revoked through one replica is refused by another that had it cached, within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revocation_reaches_another_replica_within_a_second_postgres() {
-    let database_url = common::pg::fresh_database().await;
+    let database_url = crate::common::pg::fresh_database().await;
     let logs = tempfile::tempdir().unwrap();
     let a = Replica::start("a", &database_url, &[], logs.path(), "info");
     let b = Replica::start("b", &database_url, &[], logs.path(), "info");

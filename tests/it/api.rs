@@ -1,8 +1,8 @@
 //! The release service's story, run on SQLite and on PostgreSQL against the real server.
 
-mod common;
-
-use common::app::{assert_problem, spawn_app, spawn_app_with, Backend, TestApp, ADMIN_TOKEN};
+use crate::common::app::{
+    assert_problem, spawn_app, spawn_app_with, Backend, TestApp, ADMIN_TOKEN,
+};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

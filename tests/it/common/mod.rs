@@ -1,5 +1,6 @@
 #![allow(dead_code)]
 
+#[macro_use]
 pub mod app;
 pub mod binary;
 pub mod load;

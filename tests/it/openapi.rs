@@ -21,15 +21,13 @@
 //! * `reported::server_bugs_on_*` (ignored until fixed): requests on which the server, not the
 //!   description, is wrong.
 //!
-//! `cargo test --test openapi` (add `-- --include-ignored` for the reported bugs).
-
-mod common;
+//! `cargo test --test it openapi::` (add `-- --include-ignored` for the reported bugs).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::app::*;
+use crate::common::app::*;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -2035,7 +2033,7 @@ async fn every_response_matches_the_description(backend: Backend) {
             .unwrap()
             .clone();
         for status in responses.keys() {
-            // 504: only a database frozen during a commit gives it (tests/reliability.rs).
+            // 504: only a database frozen during a commit gives it (tests/it/reliability.rs).
             let unreachable = status == "500"
                 || status == "504"
                 || (status == "503" && !BODY_OPERATIONS.contains(&operation.id.as_str()));

@@ -6,7 +6,7 @@
 //! every request shape is pinned here, as are the mechanism records and charges the planner
 //! produces for them (stored, and returned again by replays and listings).
 //!
-//! Refresh: `UPDATE_GOLDEN=1 cargo test --test golden`, and review the diff of
+//! Refresh: `UPDATE_GOLDEN=1 cargo test --test it golden::`, and review the diff of
 //! tests/golden/releases.json. A fingerprint or the shape of a record (its fields, their names)
 //! must never change without a migration story for stored rows. Calibrated values (r, α) may
 //! change when the pricing does (stored rows keep theirs; only new releases get the new ones):

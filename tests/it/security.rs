@@ -3,14 +3,12 @@
 //! (431 problem), analysts cannot reach another dataset's releases, and no seed or generator
 //! state is accepted or returned.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::app::{
+use crate::common::app::{
     assert_problem, fresh_database, spawn_app, spawn_app_with, Backend, ADMIN_TOKEN,
 };
-use common::server::{contains_bytes, pg_dump, sqlite_bytes, Replica};
+use crate::common::server::{contains_bytes, pg_dump, sqlite_bytes, Replica};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};

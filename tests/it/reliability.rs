@@ -4,18 +4,16 @@
 //! as an `#[ignore]`d test that `scripts/reliability.sh` runs (sizes from `DIRICHLET_REL_*`).
 //! Figures are printed as `RELIABILITY {json}` lines (RELIABILITY.md has the measured ones).
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::load::{
+use crate::common::load::{
     check_ledgers, env_list, env_usize, percentiles, postgres_inconsistencies, register, report,
     schedule, tally, Answer, Driver, Outcome, Target,
 };
-use common::server::{assert_log_clean, pg_dump, Owner, Replica};
+use crate::common::server::{assert_log_clean, pg_dump, Owner, Replica};
 use serde_json::json;
 
 /// The scenarios load the machine; one at a time gives honest figures.
@@ -63,7 +61,7 @@ async fn race(p: RaceParams) {
         p.ks.iter().sum::<usize>() < p.releases,
         "more requests than admissions"
     );
-    let database_url = common::pg::fresh_database().await;
+    let database_url = crate::common::pg::fresh_database().await;
     let logs = tempfile::tempdir().unwrap();
     let replicas = start_replicas(p.replicas, &database_url, logs.path(), &[]);
     let addresses: Vec<String> = replicas.iter().map(Replica::address).collect();
@@ -188,7 +186,7 @@ fn assert_no_marker(what: &str, bytes: &[u8]) {
 }
 
 /// Each dataset must get more requests than it admits, or "exactly k" proves nothing.
-fn assert_more_requests_than_k(targets: &[Target], requests: &[common::load::Request]) {
+fn assert_more_requests_than_k(targets: &[Target], requests: &[crate::common::load::Request]) {
     for (d, t) in targets.iter().enumerate() {
         let n = requests.iter().filter(|r| r.dataset == d).count();
         assert!(n > t.k, "dataset k={} gets only {n} requests", t.k);
@@ -201,7 +199,7 @@ fn assert_more_requests_than_k(targets: &[Target], requests: &[common::load::Req
 async fn crash(p: CrashParams) {
     let _serial = SERIAL.lock().await;
     assert!(p.replicas >= 2);
-    let database_url = common::pg::fresh_database().await;
+    let database_url = crate::common::pg::fresh_database().await;
     let logs = tempfile::tempdir().unwrap();
     let mut replicas: Vec<Replica> = (0..p.replicas)
         .map(|i| {
@@ -360,7 +358,7 @@ enum OutageKind {
 
 /// Sends `signal` to every process of the throwaway server, by id: the postmaster and its
 /// children (each backend is a session of its own, so the process group would miss them).
-fn signal_server(server: &common::pg::Throwaway, signal: &str) {
+fn signal_server(server: &crate::common::pg::Throwaway, signal: &str) {
     let pid = std::fs::read_to_string(server.root.join("data/postmaster.pid")).unwrap();
     let pid = pid.lines().next().unwrap().trim().to_string();
     let out = std::process::Command::new("ps")
@@ -409,10 +407,10 @@ const COMMIT_ANSWER_BOUND_MS: u64 = 2 * ACQUIRE_TIMEOUT_MS + 2 * ACQUIRE_TIMEOUT
 async fn outage(p: OutageParams) {
     let _serial = SERIAL.lock().await;
     let owner = Owner::spawn();
-    let server = common::pg::Throwaway::start(owner.pid())
+    let server = crate::common::pg::Throwaway::start(owner.pid())
         .await
         .expect("a throwaway PostgreSQL server starts");
-    let database_url = common::pg::create_database(&server.admin_url)
+    let database_url = crate::common::pg::create_database(&server.admin_url)
         .await
         .unwrap();
     let logs = tempfile::tempdir().unwrap();
@@ -748,7 +746,7 @@ async fn full_frozen() {
 
 // ------------------------------------------------------------------- issue 13 (outside attack)
 
-use common::app::{assert_problem, spawn_app_with, Backend, ADMIN_TOKEN};
+use crate::common::app::{assert_problem, spawn_app_with, Backend, ADMIN_TOKEN};
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -884,7 +882,7 @@ enum LockHolder {
 }
 
 impl LockHolder {
-    async fn connect(app: &common::app::TestApp, dataset: &str) -> LockHolder {
+    async fn connect(app: &crate::common::app::TestApp, dataset: &str) -> LockHolder {
         use sqlx::Connection;
         match app.backend {
             Backend::Sqlite => LockHolder::Sqlite(
@@ -1247,7 +1245,7 @@ fn memory_mib(pid: u32) -> (f64, f64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parsing_memory_is_bounded() {
     let _serial = SERIAL.lock().await;
-    let (database_url, _dir, _) = common::app::fresh_database(Backend::Sqlite).await;
+    let (database_url, _dir, _) = crate::common::app::fresh_database(Backend::Sqlite).await;
     let logs = tempfile::tempdir().unwrap();
     let replica = Replica::start("parsing", &database_url, &[], logs.path(), "info");
     let pid = replica.pid().unwrap();

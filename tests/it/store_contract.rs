@@ -2,8 +2,6 @@
 //! runs once on a fresh SQLite file and once on a fresh PostgreSQL database. Backend-specific
 //! behaviour (read-only files, row locks, migration races, the test server itself) follows.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +15,7 @@ use serde_json::json;
 use sqlx::{Connection, Executor};
 use uuid::Uuid;
 
-use common::pg;
+use crate::common::pg;
 
 struct Fixture {
     store: Arc<dyn LedgerStore>,

@@ -2,9 +2,7 @@
 //! lower bound (seed 000 Remark 2 / seed 003), prior shapes for `posterior` (seed 004 Alg. 3)
 //! and the Hellinger exponential mechanism (seed 002).
 
-mod common;
-
-use common::app::{assert_problem, spawn_app, spawn_app_with, Backend, ADMIN_TOKEN};
+use crate::common::app::{assert_problem, spawn_app, spawn_app_with, Backend, ADMIN_TOKEN};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

@@ -1,12 +1,10 @@
 //! The binary's life cycle: the admin token generated on first start, graceful shutdown that
 //! finishes an in-flight release, and configuration from the environment.
 
-mod common;
-
 use std::time::Duration;
 
-use common::app::{fresh_database, Backend};
-use common::binary;
+use crate::common::app::{fresh_database, Backend};
+use crate::common::binary;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 

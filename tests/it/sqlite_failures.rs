@@ -4,15 +4,13 @@
 //! `chmod` changes nothing). Without that permission these tests say so and pass, unless
 //! `DIRICHLET_TEST_REQUIRE_MOUNT=1` (set by scripts/reliability.sh and CI), which makes them fail.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::app::{assert_problem, ADMIN_TOKEN};
-use common::load::{read_ledger, report, Received};
-use common::server::{assert_log_clean, Replica};
+use crate::common::app::{assert_problem, ADMIN_TOKEN};
+use crate::common::load::{read_ledger, report, Received};
+use crate::common::server::{assert_log_clean, Replica};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
