@@ -6,9 +6,10 @@
 //! (`privacy::curve::dirichlet_price`). A release calibrated at λ₀ to ε is charged the largest
 //! ledger-grid value ≤ ε; every other one its price inflated and rounded *up* to the grid.
 
+pub mod bounded;
+pub mod exponential;
 pub mod record;
 pub mod request;
-pub mod seeds;
 pub mod table;
 
 use serde::Serialize;
@@ -69,10 +70,10 @@ pub enum Spec {
     },
     Gaussian(Noise),
     Laplace(Noise),
-    /// The Dirichlet family with a public lower bound or a prior shape (`seeds`).
-    Bounded(seeds::BoundedSpec),
-    /// Seed 002's Hellinger exponential mechanism (`seeds`).
-    Exponential(seeds::ExponentialSpec),
+    /// The Dirichlet family with a public lower bound or a prior shape (`bounded`).
+    Bounded(bounded::BoundedSpec),
+    /// Seed 002's Hellinger exponential mechanism (`exponential`).
+    Exponential(exponential::ExponentialSpec),
 }
 
 /// What to draw.
@@ -307,13 +308,13 @@ pub fn plan(
             // Solved for the grid value, recorded with the target asked.
             Some(target) => {
                 let (draw, record, cap) =
-                    seeds::plan_bounded(&b.with_target(grid(target)), d, sens)?;
+                    bounded::plan_bounded(&b.with_target(grid(target)), d, sens)?;
                 (draw, record.calibrated(Some(target)), cap)
             }
-            None => seeds::plan_bounded(b, d, sens)?,
+            None => bounded::plan_bounded(b, d, sens)?,
         },
         Spec::Exponential(e) => {
-            let (draw, record) = seeds::plan_exponential(e)?;
+            let (draw, record) = exponential::plan_exponential(e)?;
             (draw, record, None)
         }
     };
@@ -430,8 +431,15 @@ pub type Drawn = (Vec<f64>, Option<Selection>);
 /// selected candidate); the caller stores both together.
 pub fn execute_release(draw: &Draw, counts: &Counts) -> Result<Drawn, String> {
     let mut rng = try_os_rng().map_err(|e| format!("the OS random source failed: {e}"))?;
-    if let Some(out) = seeds::execute_seed(draw, counts, &mut rng) {
-        return out;
+    match draw {
+        Draw::Bounded { r, alpha, lower } => {
+            return bounded::execute_bounded(*r, alpha, lower, counts, &mut rng).map(|y| (y, None))
+        }
+        Draw::Exponential {
+            candidates,
+            epsilon,
+        } => return exponential::execute_exponential(candidates, *epsilon, counts, &mut rng),
+        _ => {}
     }
     let y = match draw {
         Draw::Dirichlet { r, alpha } => {
@@ -642,20 +650,20 @@ mod tests {
             },
             Spec::Gaussian(Noise::Calibrated(target)),
             Spec::Laplace(Noise::Calibrated(target)),
-            Spec::Bounded(seeds::BoundedSpec {
-                mode: seeds::BoundedMode::Dirichlet { target, prior: 0.5 },
+            Spec::Bounded(bounded::BoundedSpec {
+                mode: bounded::BoundedMode::Dirichlet { target, prior: 0.5 },
                 lower: Some(CellValues::Uniform(2.0)),
             }),
-            Spec::Bounded(seeds::BoundedSpec {
-                mode: seeds::BoundedMode::Posterior {
+            Spec::Bounded(bounded::BoundedSpec {
+                mode: bounded::BoundedMode::Posterior {
                     target,
                     r: 1.0,
                     shape: CellValues::PerCell(vec![1.0, 2.0, 1.0, 3.0]),
                 },
                 lower: None,
             }),
-            Spec::Bounded(seeds::BoundedSpec {
-                mode: seeds::BoundedMode::Diffuse {
+            Spec::Bounded(bounded::BoundedSpec {
+                mode: bounded::BoundedMode::Diffuse {
                     target,
                     alpha: CellValues::Uniform(0.5),
                 },
@@ -1034,8 +1042,8 @@ mod realised_shift_tests {
                         target: target(0.5, ledger),
                         alpha: Prior::Uniform(3.3),
                     },
-                    Spec::Bounded(seeds::BoundedSpec {
-                        mode: seeds::BoundedMode::Posterior {
+                    Spec::Bounded(bounded::BoundedSpec {
+                        mode: bounded::BoundedMode::Posterior {
                             target: t,
                             r: 77.7,
                             shape: CellValues::Uniform(1.0),
@@ -1092,8 +1100,8 @@ mod realised_shift_tests {
                 0 => Spec::Posterior { target, r: fixed },
                 1 => Spec::Diffuse { target, alpha: Prior::Uniform(fixed) },
                 2 => Spec::Dirichlet { target, prior: fixed },
-                _ => Spec::Bounded(seeds::BoundedSpec {
-                    mode: seeds::BoundedMode::Posterior {
+                _ => Spec::Bounded(bounded::BoundedSpec {
+                    mode: bounded::BoundedMode::Posterior {
                         target,
                         r: fixed,
                         shape: CellValues::Uniform(1.0),

@@ -15,8 +15,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Sha256;
 
+use super::bounded::{self, BoundedMode, BoundedSpec};
+use super::exponential::ExponentialSpec;
 use super::record::Selection;
-use super::seeds::{self, BoundedMode, BoundedSpec, ExponentialSpec};
 use super::table::{self, CountTable};
 use super::{Draw, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
 use crate::ledger::{Label, Output};
@@ -379,7 +380,7 @@ impl Request {
             return None;
         };
         let (d, sens) = self.priced_as(sensitivity);
-        seeds::without_bound(spec, d, ledger_order, &sens)
+        bounded::without_bound(spec, d, ledger_order, &sens)
     }
 }
 

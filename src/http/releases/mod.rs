@@ -196,7 +196,7 @@ async fn preview(
     let without_bound = request.without_bound(dataset.order, &dataset.sensitivity);
     // Seed 003's own (ε, δ) is stated for one vector (see `PreviewView::gohari`).
     let gohari = match &request.input {
-        Input::Vector(counts) => release::seeds::gohari_view(
+        Input::Vector(counts) => release::bounded::gohari_view(
             &plan.draw,
             counts,
             &dataset.sensitivity,

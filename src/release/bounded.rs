@@ -1,6 +1,6 @@
-//! Plans for the seeds' other systems: a public lower bound on the Dirichlet family (seed 000
-//! Remark 2 / seed 003), prior shapes for `posterior` (seed 004 Algorithm 3), and the Hellinger
-//! exponential mechanism (seed 002). Pure, like the rest of `release`.
+//! Plans for the Dirichlet family with a public lower bound (seed 000 Remark 2 / seed 003) or a
+//! prior shape for `posterior` (seed 004 Algorithm 3): calibration, the preview's comparisons
+//! (`without_bound`, Gohari's own accounting) and the draw. Pure, like the rest of `release`.
 //!
 //! Every calibration here solves against [`super::price`], the function that prices the
 //! release at the ledger order, so whichever curve `price` uses (001 Corollary 3 or the exact
@@ -8,16 +8,15 @@
 
 use serde_json::{json, Value};
 
-use super::record::{Mechanism, PriorRecord, Selection};
+use super::record::{Mechanism, PriorRecord};
 use super::{price, Draw, PlanError, Target};
 use crate::privacy::bounded::{clamp_excess, solve_monotone, CellValues};
 use crate::privacy::calibrate::CalibrationError;
 use crate::privacy::convert::rdp_to_dp;
-use crate::privacy::exponential::{BetaCandidates, ExponentialError};
 use crate::privacy::gohari::GohariSetting;
+use crate::privacy::sampler::{release_shapes, try_sample_dirichlet, CsRng};
 use crate::privacy::types::Relation;
-use crate::privacy::{Counts, Delta, Epsilon, Order, Prior, Sensitivity};
-
+use crate::privacy::{Counts, Delta, DirichletParams, Epsilon, Order, Prior, Sensitivity};
 /// δ at which the preview's `gohari` comparison is made when the dataset has no (ε, δ) target.
 pub const DEFAULT_GOHARI_DELTA: f64 = 1e-5;
 
@@ -71,14 +70,6 @@ impl BoundedSpec {
         }
         spec
     }
-}
-
-/// Seed 002's mechanism: n public, prior Beta(α, β).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ExponentialSpec {
-    pub epsilon: Epsilon,
-    pub prior: (f64, f64),
-    pub n: u64,
 }
 
 fn mode_kind(mode: &BoundedMode) -> super::request::Kind {
@@ -309,88 +300,22 @@ pub fn gohari_view(
     }))
 }
 
-/// Plan seed 002's exponential mechanism.
-pub fn plan_exponential(spec: &ExponentialSpec) -> Result<(Draw, Mechanism), PlanError> {
-    let (a, b) = spec.prior;
-    let candidates =
-        BetaCandidates::new(spec.n, a, b).map_err(|e| PlanError::Parameter(e.to_string()))?;
-    let epsilon = spec.epsilon.get();
-    if epsilon > candidates.max_epsilon() {
-        return Err(PlanError::Parameter(
-            ExponentialError::EpsilonTooLarge {
-                epsilon,
-                max_epsilon: candidates.max_epsilon(),
-            }
-            .to_string(),
-        ));
-    }
-    let record = Mechanism {
-        epsilon: Some(epsilon),
-        prior: Some(PriorRecord::Beta([a, b])),
-        n: Some(spec.n),
-        sensitivity: Some(candidates.global_sensitivity()),
-        sensitivity_used: Some(candidates.sensitivity_used()),
-        ..Mechanism::new(super::request::Kind::Exponential)
-    };
-    Ok((
-        Draw::Exponential {
-            candidates,
-            epsilon,
-        },
-        record,
-    ))
-}
-
-/// Run a bounded draw or an exponential selection. The second value is what the draw adds to
-/// the mechanism record (the exponential mechanism's j* and posterior).
-pub fn execute_seed(
-    draw: &Draw,
+/// Draw Dir(r·max(x, L) + α): the counts clamped at the public bound, then the Dirichlet draw.
+pub fn execute_bounded(
+    r: f64,
+    alpha: &Prior,
+    lower: &CellValues,
     counts: &Counts,
-    rng: &mut crate::privacy::sampler::CsRng,
-) -> Option<Result<super::Drawn, String>> {
-    use crate::privacy::sampler::{release_shapes, try_sample_dirichlet};
-    use crate::privacy::DirichletParams;
-    Some(match draw {
-        Draw::Bounded { r, alpha, lower } => {
-            let excess = clamp_excess(counts, lower);
-            let params = DirichletParams {
-                r: *r,
-                alpha: alpha.clone(),
-            };
-            release_shapes(&excess, &params)
-                .map_err(|e| e.to_string())
-                .and_then(|s| try_sample_dirichlet(&s, rng).map_err(|e| e.to_string()))
-                .map(|y| (y, None))
-        }
-        Draw::Exponential {
-            candidates,
-            epsilon,
-        } => {
-            let x = counts.as_slice();
-            let n = candidates.n();
-            let n1 = x[0];
-            if x.len() != 2 || n1.fract() != 0.0 || x[1].fract() != 0.0 || n1 + x[1] != n as f64 {
-                return Some(Err(
-                    "the counts do not match the planned exponential release".into(),
-                ));
-            }
-            candidates
-                .select(n1 as u64, *epsilon, rng)
-                .map_err(|e| e.to_string())
-                .map(|j| {
-                    let (a, b) = candidates.candidate(j);
-                    let total = a + b;
-                    (
-                        vec![a / total, b / total],
-                        Some(Selection {
-                            selected: j,
-                            posterior: [a, b],
-                        }),
-                    )
-                })
-        }
-        _ => return None,
-    })
+    rng: &mut CsRng,
+) -> Result<Vec<f64>, String> {
+    let excess = clamp_excess(counts, lower);
+    let params = DirichletParams {
+        r,
+        alpha: alpha.clone(),
+    };
+    release_shapes(&excess, &params)
+        .map_err(|e| e.to_string())
+        .and_then(|s| try_sample_dirichlet(&s, rng).map_err(|e| e.to_string()))
 }
 
 #[cfg(test)]
