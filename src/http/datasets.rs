@@ -174,6 +174,7 @@ fn parse(req: CreateDataset, created_by: String) -> Result<NewDataset, ApiError>
         sensitivity,
         neighbouring: neighbouring.to_string(),
         created_by,
+        cells: None,
     })
 }
 

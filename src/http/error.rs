@@ -40,6 +40,12 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("{detail}")]
     BudgetExhausted { detail: String, budget: Value },
+    #[error("{detail}")]
+    AllocationExhausted {
+        detail: String,
+        allocation: Value,
+        budget: Value,
+    },
     #[error("the dataset's stored releases would exceed the configured output quota of {quota} cells; nothing was charged")]
     OutputQuotaExceeded { quota: i64 },
     #[error("this Idempotency-Key was already used for a different request")]
@@ -120,6 +126,11 @@ impl ApiError {
                 StatusCode::CONFLICT,
                 "budget-exhausted",
                 "Privacy budget exhausted",
+            ),
+            AllocationExhausted { .. } => (
+                StatusCode::CONFLICT,
+                "allocation-exhausted",
+                "Allocation exhausted",
             ),
             OutputQuotaExceeded { .. } => (
                 StatusCode::CONFLICT,
@@ -203,6 +214,13 @@ pub fn problem_response(error: &ApiError) -> Response {
             error.to_string()
         }
         ApiError::BudgetExhausted { budget, .. } => {
+            extensions.insert("budget".into(), budget.clone());
+            error.to_string()
+        }
+        ApiError::AllocationExhausted {
+            allocation, budget, ..
+        } => {
+            extensions.insert("allocation".into(), allocation.clone());
             extensions.insert("budget".into(), budget.clone());
             error.to_string()
         }

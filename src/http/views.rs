@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::ledger::{BudgetState, Dataset, Output, Release, ReleaseSummary};
+use crate::ledger::{Allocation, BudgetState, Dataset, Output, Release, ReleaseSummary};
 
 #[derive(Debug, Serialize)]
 pub struct DpView {
@@ -43,6 +43,30 @@ impl From<&BudgetState> for BudgetView {
             dp,
         }
     }
+}
+
+/// An analyst token's allocation on a dataset, at the dataset's order.
+#[derive(Debug, Serialize)]
+pub struct AllocationView {
+    pub token_id: String,
+    pub epsilon: f64,
+    pub spent: f64,
+    pub remaining: f64,
+}
+
+impl From<&Allocation> for AllocationView {
+    fn from(a: &Allocation) -> Self {
+        AllocationView {
+            token_id: a.token_id.clone(),
+            epsilon: a.total.to_f64(),
+            spent: a.spent.to_f64(),
+            remaining: a.remaining().to_f64(),
+        }
+    }
+}
+
+pub fn allocation_json(a: &Allocation) -> Value {
+    serde_json::to_value(AllocationView::from(a)).unwrap_or(Value::Null)
 }
 
 pub fn budget_json(b: &BudgetState) -> Value {

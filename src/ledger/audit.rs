@@ -101,11 +101,15 @@ pub fn output_digest(distribution: &[f64]) -> [u8; 32] {
 /// What the log digests of a release's stored output and label. A vector without a label is the
 /// plain JSON array of its numbers (the log's first format, so older links still verify); a
 /// table or a labelled release is the canonical JSON object
-/// `{"distribution" | "distributions": …, "label": …}` (label only when present), so a table's
-/// shape and a label are covered too.
-pub fn release_output_digest(output: &super::Output, label: Option<&super::Label>) -> [u8; 32] {
-    match (output, label) {
-        (super::Output::Vector(v), None) => output_digest(v),
+/// `{"distribution" | "distributions": …, "label": …, "row_names": …}` (label and row names only
+/// when present), so a table's shape, a label and row names are covered too.
+pub fn release_output_digest(
+    output: &super::Output,
+    label: Option<&super::Label>,
+    row_names: Option<&super::Names>,
+) -> [u8; 32] {
+    match (output, label, row_names) {
+        (super::Output::Vector(v), None, None) => output_digest(v),
         _ => {
             let mut object = serde_json::Map::new();
             match output {
@@ -117,6 +121,9 @@ pub fn release_output_digest(output: &super::Output, label: Option<&super::Label
             };
             if let Some(label) = label {
                 object.insert("label".into(), label.as_str().into());
+            }
+            if let Some(names) = row_names {
+                object.insert("row_names".into(), names.as_slice().into());
             }
             json_digest(&Value::Object(object))
         }

@@ -43,6 +43,9 @@ pub struct Dataset {
     pub created_by: String,
     pub spent: Units,
     pub releases: i64,
+    /// Public names of the cells, when the dataset was registered with them: every release's
+    /// vector (or table row) then has exactly this many cells.
+    pub cells: Option<Names>,
 }
 
 impl Dataset {
@@ -115,6 +118,7 @@ pub struct NewDataset {
     pub sensitivity: Sensitivity,
     pub neighbouring: String,
     pub created_by: String,
+    pub cells: Option<Names>,
 }
 
 /// The retry identity of a release request: the client's `Idempotency-Key` and a keyed hash
@@ -230,6 +234,65 @@ impl Label {
     }
 }
 
+/// Public names of cells (a dataset's `cells`) or of a table's rows (a release's `row_names`):
+/// at least one, each 1 to 200 characters without control characters (like a [`Label`]), all
+/// different (a name must pick out one cell). Names are public metadata the caller chose; they
+/// are stored and echoed, so they must never be derived from the private counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names(Vec<String>);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NamesError {
+    #[error("must name at least one")]
+    Empty,
+    #[error("has {got} names, more than the maximum of {max}")]
+    TooMany { got: usize, max: usize },
+    #[error("name {index}: {source}")]
+    Name { index: usize, source: LabelError },
+    #[error("names {first} and {second} are the same")]
+    Duplicate { first: usize, second: usize },
+}
+
+impl Names {
+    pub fn new(names: Vec<String>, max: usize) -> Result<Names, NamesError> {
+        if names.is_empty() {
+            return Err(NamesError::Empty);
+        }
+        if names.len() > max {
+            return Err(NamesError::TooMany {
+                got: names.len(),
+                max,
+            });
+        }
+        let mut seen = std::collections::HashMap::with_capacity(names.len());
+        for (index, name) in names.iter().enumerate() {
+            // The same rules as a label: echoed in listings and the console.
+            if let Err(source) = Label::new(name.clone()) {
+                return Err(NamesError::Name { index, source });
+            }
+            if let Some(first) = seen.insert(name.as_str(), index) {
+                return Err(NamesError::Duplicate {
+                    first,
+                    second: index,
+                });
+            }
+        }
+        Ok(Names(names))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn as_slice(&self) -> &[String] {
+        &self.0
+    }
+}
+
 /// A release about to be charged and stored. Contains the *output* only, never the counts.
 #[derive(Debug, Clone)]
 pub struct NewRelease {
@@ -241,6 +304,8 @@ pub struct NewRelease {
     pub cost: Units,
     pub output: Output,
     pub label: Option<Label>,
+    /// Public names of a table's rows, stored with the release.
+    pub row_names: Option<Names>,
     pub idempotency: Option<Idempotency>,
 }
 
@@ -258,6 +323,7 @@ pub struct Release {
     pub cost: Units,
     pub output: Output,
     pub label: Option<Label>,
+    pub row_names: Option<Names>,
     pub idempotency_key: Option<String>,
     /// The dataset's `spent` right after this release was charged (its own cost included).
     pub spent_after: Units,
@@ -277,6 +343,57 @@ pub struct ReleaseSummary {
     pub label: Option<Label>,
 }
 
+/// An analyst token's allocation on a dataset: the most its releases on that dataset may cost
+/// in all, at the dataset's order, under the dataset's own budget (which still binds: the
+/// allocations of a dataset may add up to more than its total). `spent` is everything the
+/// token's releases on the dataset were charged, whenever the allocation was set, so lowering an
+/// allocation below it blocks further releases and loses nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    pub token_id: String,
+    pub total: Units,
+    pub spent: Units,
+}
+
+impl Allocation {
+    pub fn remaining(&self) -> Units {
+        self.total.saturating_sub(self.spent)
+    }
+
+    /// The allocation's admission rule; as with [`BudgetState::admits`], the stores decide
+    /// inside the commit and this copy serves pre-checks and previews.
+    pub fn admits(&self, charge: Units) -> bool {
+        self.spent
+            .checked_add(charge)
+            .is_some_and(|after| after <= self.total)
+    }
+}
+
+/// One change of an allocation, for the audit trail: who set it, when, from what to what
+/// (`None`: no allocation, before it was first set or after it was removed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocationChange {
+    pub token_id: String,
+    pub changed_at: DateTime<Utc>,
+    pub changed_by: String,
+    pub old: Option<Units>,
+    pub new: Option<Units>,
+}
+
+/// How [`LedgerStore::set_allocation`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllocationOutcome {
+    /// Set (or removed, with `new: None`) and recorded in the audit trail; `spent` is the
+    /// token's spend on the dataset.
+    Changed {
+        old: Option<Units>,
+        new: Option<Units>,
+        spent: Units,
+    },
+    /// The token does not exist or its scope does not include the dataset; nothing changed.
+    NotInScope,
+}
+
 /// How [`LedgerStore::commit_release`] ended. Only `Committed` may reveal the new output.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CommitOutcome {
@@ -287,6 +404,12 @@ pub enum CommitOutcome {
     },
     /// Refused by the filter; nothing was written. `budget` is the state that refused it.
     Exhausted { budget: BudgetState },
+    /// The dataset's budget admitted it but the caller's allocation did not; nothing was
+    /// written.
+    AllocationExhausted {
+        allocation: Allocation,
+        budget: BudgetState,
+    },
     /// A release with this idempotency key already exists (possibly committed by a concurrent
     /// request); nothing was written. The caller compares fingerprints.
     Existing {
@@ -350,9 +473,38 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// Check, charge and record, in one transaction that serialises releases of the dataset
     /// (row lock on PostgreSQL, an immediate write transaction on SQLite): if a release with
     /// the same idempotency key exists → `Existing`; else if `spent + cost > total` →
-    /// `Exhausted`; else store the release, add its cost to `spent`, increment `releases`,
-    /// commit → `Committed`. Any error but `OutcomeUnknown` leaves nothing written.
+    /// `Exhausted`; else if the release's `created_by` token has an allocation on the dataset
+    /// that the cost would overrun → `AllocationExhausted`; else store the release, add its cost
+    /// to `spent` (and to the token's spend on the dataset), increment `releases`, commit →
+    /// `Committed`. Any error but `OutcomeUnknown` leaves nothing written.
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError>;
+
+    /// Set the allocation of analyst token `token_id` on a dataset in its scope (`None`
+    /// removes it), and record the change with `by` and `at` in the same transaction. The
+    /// token's spend on the dataset is kept by every release, so setting an allocation never
+    /// forgets what was spent before it.
+    async fn set_allocation(
+        &self,
+        dataset_id: Uuid,
+        token_id: &str,
+        total: Option<Units>,
+        by: &str,
+        at: DateTime<Utc>,
+    ) -> Result<AllocationOutcome, StoreError>;
+
+    /// The dataset's allocations (only `token_id`'s when given), by token id.
+    async fn list_allocations(
+        &self,
+        dataset_id: Uuid,
+        token_id: Option<&str>,
+    ) -> Result<Vec<Allocation>, StoreError>;
+
+    /// The dataset's allocation changes (only `token_id`'s when given), oldest first.
+    async fn allocation_changes(
+        &self,
+        dataset_id: Uuid,
+        token_id: Option<&str>,
+    ) -> Result<Vec<AllocationChange>, StoreError>;
 
     /// The release stored under an idempotency key, with its fingerprint.
     async fn find_by_idempotency_key(

@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use crate::ledger::audit::{self, LinkFields, LogEntry};
 use crate::ledger::{
-    BudgetState, Dataset, DpTarget, Label, LedgerSummary, NewRelease, Output, Release,
-    ReleaseSummary, StoreError, Table, Units,
+    Allocation, AllocationChange, BudgetState, Dataset, DpTarget, Label, LedgerSummary, Names,
+    NewRelease, Output, Release, ReleaseSummary, StoreError, Table, Units,
 };
 use crate::privacy::{Order, Sensitivity};
 
@@ -38,7 +38,8 @@ pub fn decode_distribution(bytes: &[u8]) -> Option<Vec<f64>> {
 
 /// The columns of a dataset, in the order both backends select them.
 pub(crate) const DATASET_COLUMNS: &str = "id, name, budget_order, total_units, spent_units, \
-     release_count, dp_epsilon, dp_delta, l2_squared, linf, neighbouring, created_at, created_by";
+     release_count, dp_epsilon, dp_delta, l2_squared, linf, neighbouring, created_at, created_by, \
+     cells";
 
 /// The ledger columns of a dataset row, as stored.
 #[derive(sqlx::FromRow)]
@@ -86,6 +87,7 @@ pub(crate) struct DatasetColumns<Id = Uuid> {
     pub neighbouring: String,
     pub created_at: DateTime<Utc>,
     pub created_by: String,
+    pub cells: Option<String>,
 }
 
 impl<Id: Into<Uuid>> TryFrom<DatasetColumns<Id>> for Dataset {
@@ -106,6 +108,52 @@ impl<Id: Into<Uuid>> TryFrom<DatasetColumns<Id>> for Dataset {
             created_by: c.created_by,
             spent: budget.spent,
             releases: budget.releases,
+            cells: names(c.cells, "datasets.cells")?,
+        })
+    }
+}
+
+/// An allocation row of `token_datasets`, as stored (read only where one is set).
+#[derive(sqlx::FromRow)]
+pub(crate) struct AllocationColumns {
+    pub token_id: String,
+    pub allocation_units: i64,
+    pub spent_units: i64,
+}
+
+impl TryFrom<AllocationColumns> for Allocation {
+    type Error = StoreError;
+
+    fn try_from(c: AllocationColumns) -> Result<Allocation, StoreError> {
+        Ok(Allocation {
+            token_id: c.token_id,
+            total: units(c.allocation_units, "token_datasets.allocation_units")?,
+            spent: units(c.spent_units, "token_datasets.spent_units")?,
+        })
+    }
+}
+
+/// A row of `allocation_changes`, as stored.
+#[derive(sqlx::FromRow)]
+pub(crate) struct AllocationChangeColumns {
+    pub token_id: String,
+    pub changed_at: DateTime<Utc>,
+    pub changed_by: String,
+    pub old_units: Option<i64>,
+    pub new_units: Option<i64>,
+}
+
+impl TryFrom<AllocationChangeColumns> for AllocationChange {
+    type Error = StoreError;
+
+    fn try_from(c: AllocationChangeColumns) -> Result<AllocationChange, StoreError> {
+        let amount = |raw: Option<i64>, column| raw.map(|raw| units(raw, column)).transpose();
+        Ok(AllocationChange {
+            token_id: c.token_id,
+            changed_at: c.changed_at,
+            changed_by: c.changed_by,
+            old: amount(c.old_units, "allocation_changes.old_units")?,
+            new: amount(c.new_units, "allocation_changes.new_units")?,
         })
     }
 }
@@ -150,6 +198,7 @@ pub(crate) fn committed_release(
         cost: new.cost,
         output: new.output.clone(),
         label: new.label.clone(),
+        row_names: new.row_names.clone(),
         idempotency_key: new.idempotency.as_ref().map(|i| i.key.clone()),
         spent_after,
     }
@@ -161,7 +210,7 @@ pub(crate) fn link_suffix(new: &NewRelease) -> Vec<u8> {
         new.cost.raw(),
         &new.created_by,
         &audit::json_digest(&new.mechanism),
-        &audit::release_output_digest(&new.output, new.label.as_ref()),
+        &audit::release_output_digest(&new.output, new.label.as_ref(), new.row_names.as_ref()),
     )
 }
 
@@ -182,7 +231,11 @@ pub(crate) fn log_entry<Id: Into<Uuid>>(
             created_at: release.created_at,
             cost_units: release.cost.raw(),
             mechanism_digest: audit::json_digest(&release.mechanism),
-            output_digest: audit::release_output_digest(&release.output, release.label.as_ref()),
+            output_digest: audit::release_output_digest(
+                &release.output,
+                release.label.as_ref(),
+                release.row_names.as_ref(),
+            ),
             created_by: release.created_by,
         })
         .map_err(|e| e.to_string());
@@ -218,6 +271,7 @@ pub(crate) struct ReleaseColumns<Id = Uuid> {
     /// costs up to its seq: the same number, since `spent` only ever grows by a stored
     /// release's cost.
     pub spent_after_units: i64,
+    pub row_names: Option<String>,
 }
 
 /// The columns of a [`ReleaseSummary`], in the order both backends select them.
@@ -300,6 +354,7 @@ impl<Id: Into<Uuid>> ReleaseColumns<Id> {
             .map(Label::new)
             .transpose()
             .map_err(|_| corrupt("releases.label is not a valid label"))?;
+        let row_names = names(self.row_names, "releases.row_names")?;
         let mechanism = serde_json::from_str(&self.mechanism)
             .map_err(|_| corrupt("releases.mechanism is not valid JSON"))?;
         let fingerprint = self
@@ -316,11 +371,28 @@ impl<Id: Into<Uuid>> ReleaseColumns<Id> {
             cost: units(self.cost_units, "cost_units")?,
             output,
             label,
+            row_names,
             idempotency_key: self.idempotency_key,
             spent_after: units(self.spent_after_units, "spent_after_units")?,
         };
         Ok((release, fingerprint))
     }
+}
+
+/// Names stored as JSON text (an array of strings), checked again as they are read.
+pub(crate) fn names(json: Option<String>, column: &str) -> Result<Option<Names>, StoreError> {
+    json.map(|text| {
+        serde_json::from_str::<Vec<String>>(&text)
+            .ok()
+            .and_then(|list| Names::new(list, usize::MAX).ok())
+            .ok_or_else(|| corrupt(&format!("{column} is not a list of valid, distinct names")))
+    })
+    .transpose()
+}
+
+/// The JSON text stored for names.
+pub(crate) fn names_json(names: Option<&Names>) -> Option<String> {
+    names.map(|n| serde_json::to_string(n.as_slice()).expect("strings serialise"))
 }
 
 pub(crate) fn units(raw: i64, column: &str) -> Result<Units, StoreError> {
@@ -384,6 +456,7 @@ mod tests {
             table_rows: None,
             label: None,
             spent_after_units: 3 << 40,
+            row_names: None,
         };
         let (release, fingerprint) = good().into_keyed_release().unwrap();
         assert_eq!(release.spent_after.to_f64(), 3.0);

@@ -56,7 +56,7 @@ const RELEASE_COLUMNS: &str = "id, dataset_id, seq, created_at, created_by, \
      mechanism::text AS mechanism, cost_units, distribution, dimension, idempotency_key, fingerprint, table_rows, label, \
      COALESCE(spent_after_units, (SELECT SUM(r.cost_units)::bigint FROM releases r \
               WHERE r.dataset_id = releases.dataset_id AND r.seq <= releases.seq)) \
-         AS spent_after_units";
+         AS spent_after_units, row_names";
 
 /// Admission, charge and record in one statement. The UPDATE's row lock serialises releases of a
 /// dataset: under READ COMMITTED a waiting UPDATE re-evaluates its WHERE clause against the
@@ -69,22 +69,41 @@ const RELEASE_COLUMNS: &str = "id, dataset_id, seq, created_at, created_by, \
 /// `chain_head`, read under the row lock) and the time are spliced in here, so the chain stays one
 /// statement and single whatever the number of replicas. `now()` is the transaction's time, the
 /// one the INSERT stores as `created_at`; EXTRACT returns an exact numeric (PostgreSQL ≥ 14).
+///
+/// An analyst's release also passes its token's allocation on the dataset (issue 22): the
+/// token's row of `token_datasets` (created with the token, so it exists before the token's
+/// first request and no snapshot can miss it) is locked first, and read as last committed,
+/// by the MATERIALIZED `allocation`; the dataset's UPDATE admits only if the allocation, when
+/// there is one, also has room; `allocated` adds the cost to the token's spend only when the
+/// dataset was charged. Every writer of that row (a release by the token, `set_allocation`) locks
+/// it before the dataset's row, so the two locks are always taken in that order. The admin has
+/// no such row, and its releases skip both steps.
 const COMMIT_RELEASE: &str = "\
-WITH charged AS (
+WITH allocation AS MATERIALIZED (
+    SELECT spent_units, allocation_units FROM token_datasets
+     WHERE token_id = $4 AND dataset_id = $1
+       FOR UPDATE
+), charged AS (
     UPDATE datasets
        SET spent_units = spent_units + $2, release_count = release_count + 1,
            stored_cells = stored_cells + $7,
            chain_head = sha256($13 || int8send(release_count + 1) || chain_head
                                || int8send((EXTRACT(EPOCH FROM now()) * 1000000)::bigint) || $14)
      WHERE id = $1 AND spent_units + $2 <= total_units AND stored_cells + $7 <= $12
+       AND NOT EXISTS (SELECT 1 FROM allocation
+                        WHERE allocation.spent_units + $2 > allocation.allocation_units)
  RETURNING id, budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta,
            chain_head
+), allocated AS (
+    UPDATE token_datasets SET spent_units = token_datasets.spent_units + $2
+      FROM charged
+     WHERE token_datasets.token_id = $4 AND token_datasets.dataset_id = charged.id
 ), recorded AS (
     INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units,
                           distribution, dimension, idempotency_key, fingerprint, table_rows,
-                          label, chain_hash, spent_after_units)
+                          label, chain_hash, spent_after_units, row_names)
     SELECT $3, charged.id, charged.release_count, now(), $4, $5::jsonb, $2, $6, $7, $8, $9, $10,
-           $11, charged.chain_head, charged.spent_units FROM charged
+           $11, charged.chain_head, charged.spent_units, $15 FROM charged
  RETURNING seq, created_at
 )
 SELECT charged.budget_order, charged.total_units, charged.spent_units, charged.release_count,
@@ -177,8 +196,8 @@ impl PgStore {
             .transpose()
     }
 
-    /// Why the commit statement matched no row. The answer cannot go stale: `spent` only grows,
-    /// a dataset is never deleted and an idempotency key, once stored, stays.
+    /// Why the commit statement matched no row. The budget's answer cannot go stale: `spent`
+    /// only grows, a dataset is never deleted and an idempotency key, once stored, stays.
     async fn refused(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
         const CONTEXT: &str = "commit_release";
         // A concurrent retry may have taken the last of the budget with this very key.
@@ -197,14 +216,22 @@ impl PgStore {
             return Ok(CommitOutcome::DatasetNotFound);
         };
         let budget = dataset.budget();
-        if budget.admits(new.cost) {
-            // `spent` only grows, so the budget admitted the release at the statement too: the
-            // output quota refused it.
-            return Ok(CommitOutcome::OutputQuotaExceeded {
-                quota: self.max_stored_cells,
-            });
+        if !budget.admits(new.cost) {
+            return Ok(CommitOutcome::Exhausted { budget });
         }
-        Ok(CommitOutcome::Exhausted { budget })
+        // `spent` only grows, so the budget admitted the release at the statement too: the
+        // caller's allocation or the output quota refused it. (An allocation raised since the
+        // statement may admit it now; then the quota is named, and a retry tells.)
+        let allocation = self
+            .list_allocations(new.dataset_id, Some(&new.created_by))
+            .await?
+            .pop();
+        if let Some(allocation) = allocation.filter(|a| !a.admits(new.cost)) {
+            return Ok(CommitOutcome::AllocationExhausted { allocation, budget });
+        }
+        Ok(CommitOutcome::OutputQuotaExceeded {
+            quota: self.max_stored_cells,
+        })
     }
 }
 
@@ -273,8 +300,8 @@ impl LedgerStore for PgStore {
     async fn create_dataset(&self, new: &NewDataset) -> Result<Dataset, StoreError> {
         let sql = format!(
             "INSERT INTO datasets (id, name, budget_order, total_units, dp_epsilon, dp_delta, \
-                                   l2_squared, linf, neighbouring, created_by) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {DATASET_COLUMNS}"
+                                   l2_squared, linf, neighbouring, created_by, cells) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {DATASET_COLUMNS}"
         );
         sqlx::query_as::<_, DatasetColumns>(&sql)
             .bind(new.id)
@@ -287,6 +314,7 @@ impl LedgerStore for PgStore {
             .bind(new.sensitivity.linf())
             .bind(&new.neighbouring)
             .bind(&new.created_by)
+            .bind(codec::names_json(new.cells.as_ref()))
             .fetch_one(&self.pool)
             .await
             .map_err(|e| store_error("create_dataset", e))?
@@ -340,6 +368,7 @@ impl LedgerStore for PgStore {
             .bind(self.max_stored_cells)
             .bind(audit::link_prefix(new.dataset_id, new.id))
             .bind(codec::link_suffix(new))
+            .bind(codec::names_json(new.row_names.as_ref()))
             .fetch_optional(&mut *conn)
             .await;
         drop(conn);
@@ -375,6 +404,98 @@ impl LedgerStore for PgStore {
                 store_error(CONTEXT, e)
             ))),
         }
+    }
+
+    async fn set_allocation(
+        &self,
+        dataset_id: Uuid,
+        token_id: &str,
+        total: Option<Units>,
+        by: &str,
+        at: DateTime<Utc>,
+    ) -> Result<AllocationOutcome, StoreError> {
+        const CONTEXT: &str = "set_allocation";
+        // One statement: the old value is read under the row's lock (taken before any dataset
+        // lock, as a release by the token takes it), the change and its audit record commit
+        // together. Removing an allocation that does not exist records nothing.
+        let row = sqlx::query(
+            "WITH old AS MATERIALIZED ( \
+                 SELECT allocation_units FROM token_datasets \
+                  WHERE token_id = $2 AND dataset_id = $1 FOR UPDATE \
+             ), changed AS ( \
+                 UPDATE token_datasets SET allocation_units = $3 FROM old \
+                  WHERE token_id = $2 AND dataset_id = $1 RETURNING spent_units \
+             ), logged AS ( \
+                 INSERT INTO allocation_changes \
+                        (dataset_id, token_id, changed_at, changed_by, old_units, new_units) \
+                 SELECT $1, $2, $5, $4, old.allocation_units, $3 FROM old \
+                  WHERE old.allocation_units IS NOT NULL OR $3::bigint IS NOT NULL \
+             ) \
+             SELECT old.allocation_units AS old_units, changed.spent_units \
+               FROM old CROSS JOIN changed",
+        )
+        .bind(dataset_id)
+        .bind(token_id)
+        .bind(total.map(Units::raw))
+        .bind(by)
+        .bind(at)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| store_error(CONTEXT, e))?;
+        let Some(row) = row else {
+            return Ok(AllocationOutcome::NotInScope);
+        };
+        let get = |e| store_error(CONTEXT, e);
+        let old: Option<i64> = row.try_get("old_units").map_err(get)?;
+        Ok(AllocationOutcome::Changed {
+            old: old
+                .map(|raw| codec::units(raw, "allocation_units"))
+                .transpose()?,
+            new: total,
+            spent: codec::units(row.try_get("spent_units").map_err(get)?, "spent_units")?,
+        })
+    }
+
+    async fn list_allocations(
+        &self,
+        dataset_id: Uuid,
+        token_id: Option<&str>,
+    ) -> Result<Vec<Allocation>, StoreError> {
+        sqlx::query_as::<_, codec::AllocationColumns>(
+            "SELECT token_id, allocation_units, spent_units FROM token_datasets \
+              WHERE dataset_id = $1 AND allocation_units IS NOT NULL \
+                AND ($2::text IS NULL OR token_id = $2) \
+              ORDER BY token_id",
+        )
+        .bind(dataset_id)
+        .bind(token_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error("list_allocations", e))?
+        .into_iter()
+        .map(Allocation::try_from)
+        .collect()
+    }
+
+    async fn allocation_changes(
+        &self,
+        dataset_id: Uuid,
+        token_id: Option<&str>,
+    ) -> Result<Vec<AllocationChange>, StoreError> {
+        sqlx::query_as::<_, codec::AllocationChangeColumns>(
+            "SELECT token_id, changed_at, changed_by, old_units, new_units \
+               FROM allocation_changes \
+              WHERE dataset_id = $1 AND ($2::text IS NULL OR token_id = $2) \
+              ORDER BY id",
+        )
+        .bind(dataset_id)
+        .bind(token_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error("allocation_changes", e))?
+        .into_iter()
+        .map(AllocationChange::try_from)
+        .collect()
     }
 
     async fn find_by_idempotency_key(

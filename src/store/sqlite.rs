@@ -58,7 +58,7 @@ const RELEASE_COLUMNS: &str =
      distribution, dimension, idempotency_key, fingerprint, table_rows, label, \
      COALESCE(spent_after_units, (SELECT SUM(r.cost_units) FROM releases r \
               WHERE r.dataset_id = releases.dataset_id AND r.seq <= releases.seq)) \
-         AS spent_after_units";
+         AS spent_after_units, row_names";
 
 pub struct SqliteStore {
     pool: sqlx::SqlitePool,
@@ -207,6 +207,50 @@ async fn commit_release_on(
         }
     }
 
+    // The caller's row of its token's scope (none for the admin): its spend on the dataset and
+    // its allocation, if one is set (issue 22).
+    let scope = sqlx::query(
+        "SELECT spent_units, allocation_units FROM token_datasets \
+          WHERE token_id = $1 AND dataset_id = $2",
+    )
+    .bind(&new.created_by)
+    .bind(new.dataset_id.hyphenated())
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(fail)?;
+    let allocation = match &scope {
+        Some(row) => row
+            .try_get::<Option<i64>, _>("allocation_units")
+            .map_err(fail)?
+            .map(|total| -> Result<Allocation, StoreError> {
+                Ok(Allocation {
+                    token_id: new.created_by.clone(),
+                    total: codec::units(total, "token_datasets.allocation_units")?,
+                    spent: codec::units(
+                        row.try_get("spent_units").map_err(fail)?,
+                        "token_datasets.spent_units",
+                    )?,
+                })
+            })
+            .transpose()?,
+        None => None,
+    };
+    if let Some(allocation) = allocation.filter(|a| !a.admits(new.cost)) {
+        // The dataset's own budget is named first when both refuse, as on PostgreSQL.
+        let outcome = match fetch_dataset(&mut tx, CONTEXT, new.dataset_id).await? {
+            None => CommitOutcome::DatasetNotFound,
+            Some(dataset) if !dataset.budget().admits(new.cost) => CommitOutcome::Exhausted {
+                budget: dataset.budget(),
+            },
+            Some(dataset) => CommitOutcome::AllocationExhausted {
+                allocation,
+                budget: dataset.budget(),
+            },
+        };
+        tx.rollback().await.map_err(fail)?;
+        return Ok(outcome);
+    }
+
     let (distribution, dimension, table_rows) = output_columns(&new.output)?;
     let charged = sqlx::query(
         "UPDATE datasets SET spent_units = spent_units + $2, release_count = release_count + 1, \
@@ -256,8 +300,8 @@ async fn commit_release_on(
     sqlx::query(
         "INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
                                distribution, dimension, idempotency_key, fingerprint, \
-                               table_rows, label, chain_hash, spent_after_units) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                               table_rows, label, chain_hash, spent_after_units, row_names) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
     )
     .bind(new.id.hyphenated())
     .bind(new.dataset_id.hyphenated())
@@ -274,9 +318,22 @@ async fn commit_release_on(
     .bind(new.label.as_ref().map(Label::as_str))
     .bind(&chain_hash[..])
     .bind(budget.spent.raw())
+    .bind(codec::names_json(new.row_names.as_ref()))
     .execute(&mut *tx)
     .await
     .map_err(fail)?;
+    if scope.is_some() {
+        sqlx::query(
+            "UPDATE token_datasets SET spent_units = spent_units + $3 \
+              WHERE token_id = $1 AND dataset_id = $2",
+        )
+        .bind(&new.created_by)
+        .bind(new.dataset_id.hyphenated())
+        .bind(new.cost.raw())
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    }
     sqlx::query("UPDATE datasets SET chain_head = $2 WHERE id = $1")
         .bind(new.dataset_id.hyphenated())
         .bind(&chain_hash[..])
@@ -296,6 +353,74 @@ async fn commit_release_on(
 
     let release = committed_release(new, budget.releases, created_at, budget.spent);
     Ok(CommitOutcome::Committed { release, budget })
+}
+
+/// The transaction of [`LedgerStore::set_allocation`], on one connection.
+async fn set_allocation_on(
+    conn: &mut SqliteConnection,
+    dataset_id: Uuid,
+    token_id: &str,
+    total: Option<Units>,
+    by: &str,
+    at: DateTime<Utc>,
+) -> Result<AllocationOutcome, StoreError> {
+    const CONTEXT: &str = "set_allocation";
+    let fail = |e| store_error(CONTEXT, e);
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(fail)?;
+    let Some(row) = sqlx::query(
+        "SELECT spent_units, allocation_units FROM token_datasets \
+          WHERE token_id = $1 AND dataset_id = $2",
+    )
+    .bind(token_id)
+    .bind(dataset_id.hyphenated())
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(fail)?
+    else {
+        tx.rollback().await.map_err(fail)?;
+        return Ok(AllocationOutcome::NotInScope);
+    };
+    let old = row
+        .try_get::<Option<i64>, _>("allocation_units")
+        .map_err(fail)?
+        .map(|raw| codec::units(raw, "token_datasets.allocation_units"))
+        .transpose()?;
+    let spent = codec::units(
+        row.try_get("spent_units").map_err(fail)?,
+        "token_datasets.spent_units",
+    )?;
+    sqlx::query(
+        "UPDATE token_datasets SET allocation_units = $3 WHERE token_id = $1 AND dataset_id = $2",
+    )
+    .bind(token_id)
+    .bind(dataset_id.hyphenated())
+    .bind(total.map(Units::raw))
+    .execute(&mut *tx)
+    .await
+    .map_err(fail)?;
+    // Removing an allocation that does not exist changes nothing and records nothing.
+    if old.is_some() || total.is_some() {
+        sqlx::query(
+            "INSERT INTO allocation_changes \
+                    (dataset_id, token_id, changed_at, changed_by, old_units, new_units) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(dataset_id.hyphenated())
+        .bind(token_id)
+        .bind(at.trunc_subsecs(6))
+        .bind(by)
+        .bind(old.map(Units::raw))
+        .bind(total.map(Units::raw))
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    }
+    tx.commit().await.map_err(fail)?;
+    Ok(AllocationOutcome::Changed {
+        old,
+        new: total,
+        spent,
+    })
 }
 
 /// The transaction of [`LedgerStore::create_token`], on one connection.
@@ -350,8 +475,8 @@ impl LedgerStore for SqliteStore {
     async fn create_dataset(&self, new: &NewDataset) -> Result<Dataset, StoreError> {
         let sql = format!(
             "INSERT INTO datasets (id, name, budget_order, total_units, dp_epsilon, dp_delta, \
-                                   l2_squared, linf, neighbouring, created_at, created_by) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {DATASET_COLUMNS}"
+                                   l2_squared, linf, neighbouring, created_at, created_by, cells) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING {DATASET_COLUMNS}"
         );
         sqlx::query_as::<_, DatasetColumns<Hyphenated>>(&sql)
             .bind(new.id.hyphenated())
@@ -365,6 +490,7 @@ impl LedgerStore for SqliteStore {
             .bind(&new.neighbouring)
             .bind(now())
             .bind(&new.created_by)
+            .bind(codec::names_json(new.cells.as_ref()))
             .fetch_one(&self.pool)
             .await
             .map_err(|e| store_error("create_dataset", e))?
@@ -413,6 +539,65 @@ impl LedgerStore for SqliteStore {
             .map_err(|e| store_error("commit_release", e))?;
         let result = commit_release_on(&mut conn, new, self.max_stored_cells).await;
         discard_on_error(&mut conn, result)
+    }
+
+    async fn set_allocation(
+        &self,
+        dataset_id: Uuid,
+        token_id: &str,
+        total: Option<Units>,
+        by: &str,
+        at: DateTime<Utc>,
+    ) -> Result<AllocationOutcome, StoreError> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| store_error("set_allocation", e))?;
+        let result = set_allocation_on(&mut conn, dataset_id, token_id, total, by, at).await;
+        discard_on_error(&mut conn, result)
+    }
+
+    async fn list_allocations(
+        &self,
+        dataset_id: Uuid,
+        token_id: Option<&str>,
+    ) -> Result<Vec<Allocation>, StoreError> {
+        sqlx::query_as::<_, codec::AllocationColumns>(
+            "SELECT token_id, allocation_units, spent_units FROM token_datasets \
+              WHERE dataset_id = $1 AND allocation_units IS NOT NULL \
+                AND ($2 IS NULL OR token_id = $2) \
+              ORDER BY token_id",
+        )
+        .bind(dataset_id.hyphenated())
+        .bind(token_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error("list_allocations", e))?
+        .into_iter()
+        .map(Allocation::try_from)
+        .collect()
+    }
+
+    async fn allocation_changes(
+        &self,
+        dataset_id: Uuid,
+        token_id: Option<&str>,
+    ) -> Result<Vec<AllocationChange>, StoreError> {
+        sqlx::query_as::<_, codec::AllocationChangeColumns>(
+            "SELECT token_id, changed_at, changed_by, old_units, new_units \
+               FROM allocation_changes \
+              WHERE dataset_id = $1 AND ($2 IS NULL OR token_id = $2) \
+              ORDER BY id",
+        )
+        .bind(dataset_id.hyphenated())
+        .bind(token_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error("allocation_changes", e))?
+        .into_iter()
+        .map(AllocationChange::try_from)
+        .collect()
     }
 
     async fn find_by_idempotency_key(

@@ -40,6 +40,7 @@ fn dataset(order: f64, relation: &str) -> Dataset {
         created_by: CALLER.into(),
         spent: Units::ZERO,
         releases: 0,
+        cells: None,
     }
 }
 

@@ -90,6 +90,9 @@ contract_tests! {
     token_lifecycle => token_lifecycle_sqlite, token_lifecycle_postgres;
     release_log_chains => release_log_chains_sqlite, release_log_chains_postgres;
     releases_keep_the_ledger_after_them => releases_keep_the_ledger_after_them_sqlite, releases_keep_the_ledger_after_them_postgres;
+    allocations_bound_their_token_under_the_dataset_cap => allocations_bound_their_token_under_the_dataset_cap_sqlite, allocations_bound_their_token_under_the_dataset_cap_postgres;
+    concurrent_releases_never_overrun_an_allocation => concurrent_releases_never_overrun_an_allocation_sqlite, concurrent_releases_never_overrun_an_allocation_postgres;
+    names_round_trip => names_round_trip_sqlite, names_round_trip_postgres;
 }
 
 // ----- fixtures -----
@@ -107,6 +110,7 @@ fn new_dataset(name: &str, budget: f64) -> NewDataset {
         sensitivity: Sensitivity::REPLACE_ONE,
         neighbouring: "replace_one".to_owned(),
         created_by: "admin-token".to_owned(),
+        cells: None,
     }
 }
 
@@ -133,6 +137,7 @@ fn new_release(dataset_id: Uuid, cost: Units, key: Option<&str>) -> NewRelease {
         cost,
         output: Output::Vector(vec![0.125, 0.375, 0.5]),
         label: None,
+        row_names: None,
         idempotency: key.map(|key| Idempotency {
             key: key.to_owned(),
             fingerprint: fingerprint(key),
@@ -941,7 +946,7 @@ async fn release_log_chains(f: Fixture) {
             cost_units: release.cost.raw(),
             created_by: release.created_by.clone(),
             mechanism_digest: audit::json_digest(&new.mechanism),
-            output_digest: audit::release_output_digest(&new.output, new.label.as_ref()),
+            output_digest: audit::release_output_digest(&new.output, new.label.as_ref(), None),
         };
         prev = audit::link_hash(&fields, &prev);
         spent += release.cost.raw();
@@ -1750,4 +1755,344 @@ async fn throwaway_postgres_serves_survives_a_restart_and_is_removed() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+// ----- allocations and names (issue 22) -----
+
+async fn analyst_token(store: &dyn LedgerStore, id: &str, datasets: &[Uuid]) {
+    store
+        .create_token(&TokenRecord {
+            id: id.to_owned(),
+            secret_hash: fingerprint(id),
+            role: Role::Analyst,
+            datasets: datasets.to_vec(),
+            created_at: Utc::now().trunc_subsecs(6),
+            expires_at: None,
+            last_used_at: None,
+            revoked_at: None,
+        })
+        .await
+        .expect("create_token");
+}
+
+fn by(token: &str, dataset_id: Uuid, charge: Units) -> NewRelease {
+    NewRelease {
+        created_by: token.to_owned(),
+        ..new_release(dataset_id, charge, None)
+    }
+}
+
+async fn allocations_bound_their_token_under_the_dataset_cap(f: Fixture) {
+    let store = &*f.store;
+    let d = store
+        .create_dataset(&new_dataset("team", 1.0))
+        .await
+        .unwrap();
+    let other = store
+        .create_dataset(&new_dataset("elsewhere", 1.0))
+        .await
+        .unwrap();
+    analyst_token(store, "tok_a", &[d.id]).await;
+    analyst_token(store, "tok_b", &[d.id, other.id]).await;
+
+    // Spent before any allocation counts against the allocation set later.
+    committed(commit(store, &by("tok_a", d.id, cost(0.25))).await);
+    let at = Utc::now().trunc_subsecs(6);
+    let set = store
+        .set_allocation(d.id, "tok_a", Some(cost(0.375)), "admin", at)
+        .await
+        .unwrap();
+    assert_eq!(
+        set,
+        AllocationOutcome::Changed {
+            old: None,
+            new: Some(cost(0.375)),
+            spent: cost(0.25)
+        }
+    );
+    // 0.25 + 0.25 > 0.375: refused by the allocation although the dataset has 0.75 left.
+    let refused = commit(store, &by("tok_a", d.id, cost(0.25))).await;
+    match refused {
+        CommitOutcome::AllocationExhausted { allocation, budget } => {
+            assert_eq!(allocation.token_id, "tok_a");
+            assert_eq!(
+                (allocation.total, allocation.spent),
+                (cost(0.375), cost(0.25))
+            );
+            assert_eq!(allocation.remaining(), cost(0.125));
+            assert_eq!(budget.spent, cost(0.25));
+        }
+        other => panic!("expected AllocationExhausted, got {other:?}"),
+    }
+    assert_eq!(
+        dataset(store, d.id).await.spent,
+        cost(0.25),
+        "a refusal charges nothing"
+    );
+    // Exactly the rest fits.
+    committed(commit(store, &by("tok_a", d.id, cost(0.125))).await);
+    assert_eq!(
+        store.list_allocations(d.id, None).await.unwrap(),
+        vec![Allocation {
+            token_id: "tok_a".into(),
+            total: cost(0.375),
+            spent: cost(0.375)
+        }]
+    );
+    // Tokens without an allocation, and the admin, draw on the dataset as before; their spend
+    // is kept too, so an allocation set later starts from it.
+    committed(commit(store, &by("tok_b", d.id, cost(0.25))).await);
+    committed(commit(store, &by("admin", d.id, cost(0.125))).await);
+    assert_eq!(
+        store
+            .set_allocation(d.id, "tok_b", Some(cost(2.0)), "admin", at)
+            .await
+            .unwrap(),
+        AllocationOutcome::Changed {
+            old: None,
+            new: Some(cost(2.0)),
+            spent: cost(0.25)
+        }
+    );
+    // Allocations may add up to more than the dataset (0.375 + 2 > 1): the dataset cap binds,
+    // and is named first when both refuse.
+    match commit(store, &by("tok_b", d.id, cost(0.5))).await {
+        CommitOutcome::Exhausted { budget } => assert_eq!(budget.spent, cost(0.75)),
+        other => panic!("expected Exhausted, got {other:?}"),
+    }
+    match commit(store, &by("tok_a", d.id, cost(0.5))).await {
+        CommitOutcome::Exhausted { .. } => {}
+        other => panic!("both refuse: expected the dataset's Exhausted, got {other:?}"),
+    }
+    // Lowering below what was spent blocks further releases and loses nothing.
+    store
+        .set_allocation(d.id, "tok_b", Some(cost(0.125)), "admin", at)
+        .await
+        .unwrap();
+    match commit(store, &by("tok_b", d.id, cost(0.0625))).await {
+        CommitOutcome::AllocationExhausted { allocation, .. } => {
+            assert_eq!(allocation.spent, cost(0.25));
+            assert_eq!(allocation.remaining(), Units::ZERO);
+        }
+        other => panic!("expected AllocationExhausted, got {other:?}"),
+    }
+    // Another dataset of the same token is not bound by this allocation.
+    committed(commit(store, &by("tok_b", other.id, cost(0.5))).await);
+    // Removing it: the token behaves as without one, and its spend is kept.
+    assert_eq!(
+        store
+            .set_allocation(d.id, "tok_b", None, "admin", at)
+            .await
+            .unwrap(),
+        AllocationOutcome::Changed {
+            old: Some(cost(0.125)),
+            new: None,
+            spent: cost(0.25)
+        }
+    );
+    committed(commit(store, &by("tok_b", d.id, cost(0.0625))).await);
+    // Removing what is not there records nothing; a token outside the scope is refused.
+    store
+        .set_allocation(d.id, "tok_b", None, "admin", at)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .set_allocation(other.id, "tok_a", Some(cost(0.1)), "admin", at)
+            .await
+            .unwrap(),
+        AllocationOutcome::NotInScope
+    );
+    assert_eq!(
+        store
+            .set_allocation(d.id, "tok_nobody", Some(cost(0.1)), "admin", at)
+            .await
+            .unwrap(),
+        AllocationOutcome::NotInScope
+    );
+    assert_eq!(
+        store.list_allocations(d.id, Some("tok_b")).await.unwrap(),
+        vec![]
+    );
+    assert_eq!(
+        store
+            .list_allocations(d.id, Some("tok_a"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // The audit trail: who, when, old, new, in order; only real changes.
+    let changes = store.allocation_changes(d.id, None).await.unwrap();
+    let summary: Vec<_> = changes
+        .iter()
+        .map(|c| (c.token_id.as_str(), c.old, c.new))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("tok_a", None, Some(cost(0.375))),
+            ("tok_b", None, Some(cost(2.0))),
+            ("tok_b", Some(cost(2.0)), Some(cost(0.125))),
+            ("tok_b", Some(cost(0.125)), None),
+        ]
+    );
+    assert!(changes
+        .iter()
+        .all(|c| c.changed_by == "admin" && c.changed_at == at));
+    assert_eq!(
+        store
+            .allocation_changes(d.id, Some("tok_a"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        store.allocation_changes(other.id, None).await.unwrap(),
+        vec![]
+    );
+    let after = dataset(store, d.id).await;
+    assert_eq!(after.spent, cost(0.25 + 0.125 + 0.25 + 0.125 + 0.0625));
+}
+
+/// Many releases of one token race, on a dataset whose budget is larger than the allocation,
+/// while the allocation is lowered and raised: the token's spend never passes the allocation in
+/// force when each release committed, and the dataset is charged exactly what was admitted.
+async fn concurrent_releases_never_overrun_an_allocation(f: Fixture) {
+    const N: usize = 40;
+    let charge = cost(0.0625);
+    let d = f
+        .store
+        .create_dataset(&new_dataset("raced", 4.0))
+        .await
+        .unwrap();
+    analyst_token(&*f.store, "tok_race", &[d.id]).await;
+    analyst_token(&*f.store, "tok_free", &[d.id]).await;
+    let at = Utc::now().trunc_subsecs(6);
+    f.store
+        .set_allocation(d.id, "tok_race", Some(cost(0.5)), "admin", at)
+        .await
+        .unwrap();
+
+    let tasks: Vec<_> = (0..N)
+        .map(|i| {
+            let store = Arc::clone(&f.store);
+            let token = if i % 4 == 3 { "tok_free" } else { "tok_race" };
+            let new = by(token, d.id, charge);
+            tokio::spawn(async move { (token, store.commit_release(&new).await) })
+        })
+        .collect();
+    // The admin changes the allocation while they run: down to 0.25, then back to 0.5.
+    let setter = {
+        let store = Arc::clone(&f.store);
+        tokio::spawn(async move {
+            for total in [0.25, 0.5] {
+                store
+                    .set_allocation(d.id, "tok_race", Some(cost(total)), "admin", at)
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let (mut race_committed, mut free_committed, mut allocation_refusals) = (0i64, 0i64, 0);
+    for task in tasks {
+        match task.await.unwrap() {
+            (token, Ok(CommitOutcome::Committed { .. })) => {
+                if token == "tok_race" {
+                    race_committed += 1;
+                } else {
+                    free_committed += 1;
+                }
+            }
+            ("tok_race", Ok(CommitOutcome::AllocationExhausted { allocation, .. })) => {
+                assert!(!allocation.admits(charge), "{allocation:?}");
+                allocation_refusals += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    setter.await.unwrap();
+    // 30 releases asked for 0.0625 each (1.875) against an allocation of at most 0.5.
+    assert!(
+        race_committed * charge.raw() <= cost(0.5).raw(),
+        "{race_committed} releases of the allocated token committed"
+    );
+    assert_eq!(race_committed + allocation_refusals, 30);
+    assert_eq!(
+        free_committed, 10,
+        "the token without an allocation is not held back"
+    );
+    let allocation = f
+        .store
+        .list_allocations(d.id, Some("tok_race"))
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(allocation.spent.raw(), race_committed * charge.raw());
+    let after = dataset(&*f.store, d.id).await;
+    assert_eq!(
+        after.spent.raw(),
+        (race_committed + free_committed) * charge.raw(),
+        "the dataset is charged exactly what was admitted"
+    );
+    // Once the setter is done the allocation is 0.5: releases one at a time fill exactly what
+    // is left of it, and the next is refused.
+    assert_eq!(allocation.total, cost(0.5));
+    let mut more = 0;
+    while let CommitOutcome::Committed { .. } =
+        commit(&*f.store, &by("tok_race", d.id, charge)).await
+    {
+        more += 1;
+        assert!(more <= 8, "the allocation admitted more than it holds");
+    }
+    assert_eq!(race_committed + more, 8);
+}
+
+async fn names_round_trip(f: Fixture) {
+    let store = &*f.store;
+    let names =
+        |list: &[&str]| Names::new(list.iter().map(|s| s.to_string()).collect(), 100).unwrap();
+    let d = store
+        .create_dataset(&NewDataset {
+            cells: Some(names(&["flu", "asthma", "ünïcode | ☃"])),
+            ..new_dataset("named", 1.0)
+        })
+        .await
+        .unwrap();
+    assert_eq!(d.cells, Some(names(&["flu", "asthma", "ünïcode | ☃"])));
+    assert_eq!(dataset(store, d.id).await.cells, d.cells);
+    let plain = store
+        .create_dataset(&new_dataset("plain", 1.0))
+        .await
+        .unwrap();
+    assert_eq!(dataset(store, plain.id).await.cells, None);
+
+    let table = NewRelease {
+        output: Output::Table(
+            Table::from_rows(vec![vec![0.5, 0.25, 0.25], vec![0.0, 0.5, 0.5]]).unwrap(),
+        ),
+        row_names: Some(names(&["0-17", "18+"])),
+        ..new_release(d.id, cost(0.125), Some("named-table"))
+    };
+    let (release, _) = committed(commit(store, &table).await);
+    assert_eq!(release.row_names, table.row_names);
+    let stored = store.get_release(d.id, release.id).await.unwrap().unwrap();
+    assert_eq!(stored, release);
+    let (keyed, _) = store
+        .find_by_idempotency_key(d.id, "named-table")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(keyed.row_names, table.row_names);
+    assert_eq!(
+        store.list_releases(d.id, None, 10).await.unwrap()[0].row_names,
+        table.row_names
+    );
+    // Row names are covered by the release log: the chain verifies.
+    let verdict = verify_log(store, d.id, 10).await;
+    assert_eq!((verdict.checked, verdict.failure), (1, None));
 }

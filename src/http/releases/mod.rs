@@ -27,7 +27,7 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{parse_json_bounded, ApiJson, ApiPath};
 use super::limits::CommitGate;
-use super::views::{budget_json, BudgetView, CostView, ReleaseView};
+use super::views::{allocation_json, budget_json, BudgetView, CostView, ReleaseView};
 use super::AppState;
 use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, NewRelease};
 use crate::privacy::utility::Forecast;
@@ -273,6 +273,7 @@ async fn create(
     let task_state = state.clone();
     let created_by = caller.name();
     let kind = plan.record.kind.name();
+    let asked = plan.charge;
     let outcome = state
         .tasks
         .spawn(async move {
@@ -304,6 +305,7 @@ async fn create(
                 cost: charge,
                 output,
                 label,
+                row_names: None,
                 idempotency,
             };
             let fp = new.idempotency.as_ref().map(|i| i.fingerprint);
@@ -341,6 +343,21 @@ async fn create(
             let presented =
                 fp.ok_or_else(|| ApiError::Internal("an idempotent outcome without a key".into()))?;
             idempotency::replay(&state, &dataset, release, fingerprint, presented)
+        }
+        CommitOutcome::AllocationExhausted { allocation, budget } => {
+            state.caches.observe_budget(id, &budget);
+            let e = ApiError::AllocationExhausted {
+                detail: format!(
+                    "the release would exceed this token's allocation on the dataset: it costs {} at order {} but only {} of the allocation remains",
+                    asked.to_f64(),
+                    budget.order.get(),
+                    allocation.remaining().to_f64()
+                ),
+                allocation: allocation_json(&allocation),
+                budget: budget_json(&budget),
+            };
+            state.metrics.refusal(&e);
+            Err(e)
         }
         CommitOutcome::DatasetNotFound => Err(ApiError::not_found("dataset")),
         CommitOutcome::OutputQuotaExceeded { quota } => {
