@@ -21,6 +21,7 @@ fn dataset() -> Dataset {
         created_by: "bench".into(),
         spent: Units::ZERO,
         releases: 0,
+        cells: None,
     }
 }
 

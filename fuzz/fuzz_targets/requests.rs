@@ -44,6 +44,7 @@ fn dataset(selector: u8) -> Dataset {
         created_by: "fuzz".into(),
         spent: Units::ZERO,
         releases: 0,
+        cells: None,
     }
 }
 

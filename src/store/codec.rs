@@ -478,6 +478,15 @@ mod tests {
             mechanism: "{".into(),
             ..good()
         }));
+        for bad_names in [r#"["a","a"]"#, "[]", r#"["a",1]"#, r#"["\n"]"#, "{"] {
+            assert!(
+                is_corrupt(ReleaseColumns {
+                    row_names: Some(bad_names.into()),
+                    ..good()
+                }),
+                "{bad_names}"
+            );
+        }
         assert!(is_corrupt(ReleaseColumns {
             cost_units: -1,
             ..good()
@@ -529,6 +538,7 @@ mod tests {
             table_rows: rows,
             label: Some("NB feature 7 | by class".into()),
             spent_after_units: 0,
+            row_names: Some(r#"["a","b","c"]"#.into()),
         };
         let release = columns.into_release().unwrap();
         let Output::Table(table) = &release.output else {
@@ -539,6 +549,10 @@ mod tests {
         assert_eq!(
             release.label.as_ref().map(Label::as_str),
             Some("NB feature 7 | by class")
+        );
+        assert_eq!(
+            release.row_names.as_ref().map(Names::as_slice),
+            Some(&["a".to_string(), "b".into(), "c".into()][..])
         );
     }
 
