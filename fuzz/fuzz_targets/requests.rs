@@ -53,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if selector & 1 == 0 {
-        if let Err(e) = parse_registration(body, "fuzz".into()) {
+        if let Err(e) = parse_registration(body, "fuzz".into(), MAX_DIMENSION) {
             let _ = problem_response(&e);
         }
         return;
@@ -72,6 +72,8 @@ fuzz_target!(|data: &[u8]| {
         sensitivity: dataset.sensitivity,
         max_dimension: MAX_DIMENSION,
         max_exponential_n: *MAX_EXPONENTIAL_N,
+        // Half the datasets name their cells (four of them), so the check runs too.
+        cells: (selector & 0x10 != 0).then_some(4),
     };
     let request = match Request::parse(&body, &ctx) {
         Ok(request) => request,

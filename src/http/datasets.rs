@@ -12,10 +12,10 @@ use uuid::Uuid;
 use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{parse_json, Admin, ApiJson, ApiPath};
-use super::views::{BudgetView, DatasetView};
+use super::views::{AllocationView, BudgetView, DatasetView};
 use super::AppState;
 use crate::ledger::charge::MAX_EPSILON;
-use crate::ledger::{DpTarget, NewDataset, Units, UnitsError};
+use crate::ledger::{DpTarget, Names, NewDataset, Units, UnitsError};
 use crate::privacy::convert::{default_order, dp_to_rdp_budget};
 use crate::privacy::{Delta, Epsilon, Order, ParamError, Sensitivity};
 
@@ -35,6 +35,9 @@ pub struct CreateDataset {
     sensitivity: Option<SensitivityRequest>,
     #[serde(default, deserialize_with = "crate::wire::non_null")]
     neighbouring: Option<Neighbouring>,
+    /// Public names of the cells: every release must then have exactly this many.
+    #[serde(default, deserialize_with = "crate::wire::non_null")]
+    cells: Option<Vec<String>>,
 }
 
 /// `{order, epsilon}` (an RDP budget) or `{epsilon, delta, order?}` (an (ε, δ) target).
@@ -74,6 +77,32 @@ impl TryFrom<String> for Neighbouring {
     }
 }
 
+/// The most bytes of cell names a dataset may hold: they come back with every release.
+pub const MAX_CELL_NAME_BYTES: usize = 1 << 20;
+
+/// `cells`: at least two distinct names (a release has d ≥ 2 cells), at most `max_cells` (the
+/// largest dimension) and 1 MiB of names, each a valid label.
+fn parse_cells(cells: Option<Vec<String>>, max_cells: usize) -> Result<Option<Names>, ApiError> {
+    let Some(cells) = cells else {
+        return Ok(None);
+    };
+    if cells.len() < 2 {
+        return Err(ApiError::invalid_field(
+            "cells",
+            "cells must name at least 2 cells, as every release has",
+        ));
+    }
+    if cells.iter().map(String::len).sum::<usize>() > MAX_CELL_NAME_BYTES {
+        return Err(ApiError::invalid_field(
+            "cells",
+            format!("cells must hold at most {MAX_CELL_NAME_BYTES} bytes of names in all"),
+        ));
+    }
+    Names::new(cells, max_cells)
+        .map(Some)
+        .map_err(|e| ApiError::invalid_field("cells", format!("cells {e}")))
+}
+
 pub(super) fn param_error(field: &str, e: ParamError) -> ApiError {
     ApiError::invalid_field(field, e.to_string())
 }
@@ -84,12 +113,16 @@ fn units_error(field: &str, e: UnitsError) -> ApiError {
 
 /// A registration body, validated and resolved to the ledger grid. Pure and total: any bytes give
 /// a dataset to store or an [`ApiError`], never a panic (fuzzed with the release bodies).
-pub fn parse_registration(body: &[u8], created_by: String) -> Result<NewDataset, ApiError> {
-    parse(parse_json(body)?, created_by)
+pub fn parse_registration(
+    body: &[u8],
+    created_by: String,
+    max_cells: usize,
+) -> Result<NewDataset, ApiError> {
+    parse(parse_json(body)?, created_by, max_cells)
 }
 
 /// The parsed registration: everything validated, the budget resolved to the ledger grid.
-fn parse(req: CreateDataset, created_by: String) -> Result<NewDataset, ApiError> {
+fn parse(req: CreateDataset, created_by: String, max_cells: usize) -> Result<NewDataset, ApiError> {
     let name = req.name.trim().to_string();
     if name.is_empty() || name.chars().count() > 200 {
         return Err(ApiError::invalid_field(
@@ -174,7 +207,7 @@ fn parse(req: CreateDataset, created_by: String) -> Result<NewDataset, ApiError>
         sensitivity,
         neighbouring: neighbouring.to_string(),
         created_by,
-        cells: None,
+        cells: parse_cells(req.cells, max_cells)?,
     })
 }
 
@@ -183,7 +216,7 @@ async fn create(
     Admin(caller): Admin,
     ApiJson(req): ApiJson<CreateDataset>,
 ) -> Result<Response, ApiError> {
-    let new = parse(req, caller.name())?;
+    let new = parse(req, caller.name(), state.settings.max_dimension)?;
     let dataset = state.store.create_dataset(&new).await?;
     tracing::info!(dataset = %dataset.id, order = dataset.order.get(), total = dataset.total.to_f64(), "dataset registered");
     let location = format!("/v1/datasets/{}", dataset.id);
@@ -222,5 +255,15 @@ async fn budget(
     ApiPath(id): ApiPath<Uuid>,
 ) -> Result<Json<BudgetView>, ApiError> {
     let dataset = state.dataset_for(&caller, id).await?;
-    Ok(Json(BudgetView::from(&dataset.budget())))
+    let mut view = BudgetView::from(&dataset.budget());
+    // An analyst sees their own allocation on the dataset, when the admin set one.
+    if let Caller::Analyst { token_id, .. } = &caller {
+        view.allocation = state
+            .store
+            .list_allocations(id, Some(token_id))
+            .await?
+            .first()
+            .map(AllocationView::from);
+    }
+    Ok(Json(view))
 }

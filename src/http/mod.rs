@@ -1,6 +1,7 @@
 //! HTTP layer: one `router()` per resource, merged here under the shared layers (tracing,
 //! metrics, timeout, header and body limits, panic catching) and one problem+json error type.
 
+pub mod allocations;
 pub mod audit;
 pub mod auth;
 pub mod cache;
@@ -70,6 +71,7 @@ pub fn router(state: AppState) -> Router {
     let body_limit = state.settings.max_body_bytes;
     Router::new()
         .merge(datasets::router())
+        .merge(allocations::router())
         .merge(releases::router())
         .merge(tokens::router())
         .merge(audit::router())

@@ -5,7 +5,7 @@ use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::ledger::{Allocation, BudgetState, Dataset, Output, Release, ReleaseSummary};
+use crate::ledger::{Allocation, BudgetState, Dataset, Names, Output, Release, ReleaseSummary};
 
 #[derive(Debug, Serialize)]
 pub struct DpView {
@@ -23,6 +23,9 @@ pub struct BudgetView {
     pub releases: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dp: Option<DpView>,
+    /// The calling analyst's allocation on the dataset, when one is set (the budget endpoint).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<AllocationView>,
 }
 
 impl From<&BudgetState> for BudgetView {
@@ -41,6 +44,7 @@ impl From<&BudgetState> for BudgetView {
             remaining: b.remaining().to_f64(),
             releases: b.releases,
             dp,
+            allocation: None,
         }
     }
 }
@@ -99,6 +103,8 @@ pub struct DatasetView {
     pub spent: f64,
     pub releases: i64,
     pub created_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cells: Option<Vec<String>>,
 }
 
 impl From<&Dataset> for DatasetView {
@@ -129,6 +135,7 @@ impl From<&Dataset> for DatasetView {
             spent: d.spent.to_f64(),
             releases: d.releases,
             created_at: d.created_at,
+            cells: names(d.cells.as_ref()),
         }
     }
 }
@@ -154,14 +161,31 @@ pub struct ReleaseView {
     pub distributions: Option<Vec<Vec<f64>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// The dataset's cell names, when it has them: the columns of `distribution(s)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cells: Option<Vec<String>>,
+    /// A table's row names, when the release was made with them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub row_names: Option<Vec<String>>,
     pub mechanism: Value,
     pub cost: CostView,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetView>,
 }
 
+/// Names as listed in JSON.
+pub fn names(names: Option<&Names>) -> Option<Vec<String>> {
+    names.map(|n| n.as_slice().to_vec())
+}
+
 impl ReleaseView {
-    pub fn new(r: Release, order: f64, budget: Option<&BudgetState>) -> Self {
+    /// `cells` are the dataset's cell names; a listing gives them once for its page instead.
+    pub fn new(
+        r: Release,
+        order: f64,
+        cells: Option<&Names>,
+        budget: Option<&BudgetState>,
+    ) -> Self {
         let (distribution, distributions) = match r.output {
             Output::Vector(v) => (Some(v), None),
             Output::Table(t) => (None, Some(t.iter_rows().map(<[f64]>::to_vec).collect())),
@@ -175,6 +199,8 @@ impl ReleaseView {
             distribution,
             distributions,
             label: r.label.map(|l| l.as_str().to_owned()),
+            cells: names(cells),
+            row_names: names(r.row_names.as_ref()),
             mechanism: r.mechanism,
             cost: CostView {
                 order,

@@ -533,14 +533,15 @@ pub trait LedgerStore: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<ReleaseSummary>, StoreError>;
 
-    /// `(seq, stored cells)` of the releases [`LedgerStore::list_releases`] would return, without
-    /// their outputs: what a listing reads first to bound a page by size.
+    /// `(seq, stored cells, bytes of stored row names)` of the releases
+    /// [`LedgerStore::list_releases`] would return, without their outputs: what a listing reads
+    /// first to bound a page by size.
     async fn release_sizes(
         &self,
         dataset_id: Uuid,
         before: Option<i64>,
         limit: u32,
-    ) -> Result<Vec<(i64, i64)>, StoreError>;
+    ) -> Result<Vec<(i64, i64, i64)>, StoreError>;
 
     async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
     /// The token, revoked or not (the caller checks [`TokenRecord::usable_at`]).

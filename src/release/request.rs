@@ -20,7 +20,7 @@ use super::exponential::ExponentialSpec;
 use super::record::Selection;
 use super::table::{self, CountTable};
 use super::{Draw, Noise, Plan, PlanError, Spec, Target, DEFAULT_PRIOR, DEFAULT_R};
-use crate::ledger::{Label, Output};
+use crate::ledger::{Label, Names, Output};
 use crate::privacy::bounded::CellValues;
 use crate::privacy::exponential::BetaCandidates;
 use crate::privacy::types::Relation;
@@ -229,6 +229,14 @@ pub struct RequestBody {
         skip_serializing_if = "Option::is_none"
     )]
     prior_shape: Option<AlphaRequest>,
+    /// Public names of a table's rows (issue 22), stored with the release. Skipped when absent,
+    /// like every field added after the first fingerprints were stored.
+    #[serde(
+        default,
+        deserialize_with = "non_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    row_names: Option<Vec<String>>,
 }
 
 impl RequestBody {
@@ -288,6 +296,9 @@ pub struct Context {
     pub sensitivity: Sensitivity,
     pub max_dimension: usize,
     pub max_exponential_n: u64,
+    /// The number of cells the dataset names, when it was registered with `cells`: every vector
+    /// (or table row) must have exactly that many.
+    pub cells: Option<usize>,
 }
 
 /// What a release draws from: one count vector, or a table of disjoint groups' vectors.
@@ -322,6 +333,8 @@ pub struct Request {
     pub input: Input,
     pub spec: Spec,
     pub label: Option<Label>,
+    /// A table's public row names, one per row.
+    pub row_names: Option<Names>,
 }
 
 impl Request {
@@ -335,6 +348,7 @@ impl Request {
             .map(Label::new)
             .transpose()
             .map_err(|e| RequestError::param("label", e))?;
+        let row_names = parse_row_names(body, &input)?;
         let spec = match &input {
             Input::Vector(counts) if body.mechanism == Kind::Exponential => {
                 parse_exponential(body, counts, ctx)?
@@ -350,7 +364,12 @@ impl Request {
             }
             _ => parse_spec(body, ctx.ledger_order)?,
         };
-        Ok(Request { input, spec, label })
+        Ok(Request {
+            input,
+            spec,
+            label,
+            row_names,
+        })
     }
 
     /// The cells that price the release and the relation it is priced under: a table is priced
@@ -398,6 +417,15 @@ fn parse_input(body: &RequestBody, ctx: &Context) -> Result<Input, RequestError>
             if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
                 return Err(too_large("counts", format!("[{index}]")));
             }
+            if let Some(cells) = ctx.cells.filter(|&n| n != counts.len()) {
+                return Err(RequestError::new(
+                    "counts",
+                    format!(
+                        "the dataset names {cells} cells, and counts has {}",
+                        counts.len()
+                    ),
+                ));
+            }
             Ok(Input::Vector(counts))
         }
         (None, Some(rows)) => {
@@ -408,6 +436,15 @@ fn parse_input(body: &RequestBody, ctx: &Context) -> Result<Input, RequestError>
                 if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
                     return Err(too_large("table", format!("[{row}][{index}]")));
                 }
+            }
+            if let Some(cells) = ctx.cells.filter(|&n| n != t.cells()) {
+                return Err(RequestError::new(
+                    "table",
+                    format!(
+                        "the dataset names {cells} cells, and the table's rows have {}",
+                        t.cells()
+                    ),
+                ));
             }
             Ok(Input::Table(t))
         }
@@ -420,6 +457,32 @@ fn parse_input(body: &RequestBody, ctx: &Context) -> Result<Input, RequestError>
             "counts (one vector) or table (rows of counts) is required",
         )),
     }
+}
+
+/// `row_names`: only with a table, one distinct name per row.
+fn parse_row_names(body: &RequestBody, input: &Input) -> Result<Option<Names>, RequestError> {
+    let Some(names) = &body.row_names else {
+        return Ok(None);
+    };
+    let Input::Table(t) = input else {
+        return Err(RequestError::new(
+            "row_names",
+            "row_names names a table's rows: give it with table, not with counts",
+        ));
+    };
+    if names.len() != t.rows().len() {
+        return Err(RequestError::new(
+            "row_names",
+            format!(
+                "row_names has {} names for a table of {} rows",
+                names.len(),
+                t.rows().len()
+            ),
+        ));
+    }
+    Names::new(names.clone(), t.rows().len())
+        .map(Some)
+        .map_err(|e| RequestError::new("row_names", format!("row_names {e}")))
 }
 
 /// The first field present that `kind` does not take, among `fields` (all by default).
@@ -784,6 +847,7 @@ mod tests {
             sensitivity: relation,
             max_dimension: 8,
             max_exponential_n: 100,
+            cells: None,
         }
     }
 

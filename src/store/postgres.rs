@@ -576,9 +576,9 @@ impl LedgerStore for PgStore {
         dataset_id: Uuid,
         before: Option<i64>,
         limit: u32,
-    ) -> Result<Vec<(i64, i64)>, StoreError> {
-        sqlx::query_as::<_, (i64, i64)>(
-            "SELECT seq, dimension FROM releases \
+    ) -> Result<Vec<(i64, i64, i64)>, StoreError> {
+        sqlx::query_as::<_, (i64, i64, i64)>(
+            "SELECT seq, dimension, COALESCE(octet_length(row_names), 0)::bigint FROM releases \
              WHERE dataset_id = $1 AND seq < COALESCE($2, 9223372036854775807) \
              ORDER BY seq DESC LIMIT $3",
         )

@@ -682,9 +682,9 @@ impl LedgerStore for SqliteStore {
         dataset_id: Uuid,
         before: Option<i64>,
         limit: u32,
-    ) -> Result<Vec<(i64, i64)>, StoreError> {
-        sqlx::query_as::<_, (i64, i64)>(
-            "SELECT seq, dimension FROM releases \
+    ) -> Result<Vec<(i64, i64, i64)>, StoreError> {
+        sqlx::query_as::<_, (i64, i64, i64)>(
+            "SELECT seq, dimension, COALESCE(length(CAST(row_names AS BLOB)), 0) FROM releases \
              WHERE dataset_id = $1 AND seq < COALESCE($2, 9223372036854775807) \
              ORDER BY seq DESC LIMIT $3",
         )

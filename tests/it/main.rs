@@ -19,3 +19,4 @@ mod security;
 mod seeds;
 mod sqlite_failures;
 mod store_contract;
+mod teams;

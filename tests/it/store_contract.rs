@@ -2092,6 +2092,12 @@ async fn names_round_trip(f: Fixture) {
         store.list_releases(d.id, None, 10).await.unwrap()[0].row_names,
         table.row_names
     );
+    // A listing's page bound counts the bytes of the names as stored (JSON text).
+    let stored_json = r#"["0-17","18+"]"#;
+    assert_eq!(
+        store.release_sizes(d.id, None, 10).await.unwrap(),
+        vec![(1, 6, stored_json.len() as i64)]
+    );
     // Row names are covered by the release log: the chain verifies.
     let verdict = verify_log(store, d.id, 10).await;
     assert_eq!((verdict.checked, verdict.failure), (1, None));

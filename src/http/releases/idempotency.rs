@@ -83,7 +83,12 @@ pub(super) fn replay(
     state.metrics.replays.inc();
     let budget = dataset.budget_after(&release);
     Ok(created(
-        ReleaseView::new(release, dataset.order.get(), Some(&budget)),
+        ReleaseView::new(
+            release,
+            dataset.order.get(),
+            dataset.cells.as_ref(),
+            Some(&budget),
+        ),
         true,
     ))
 }

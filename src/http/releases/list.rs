@@ -9,7 +9,7 @@ use uuid::Uuid;
 use super::super::auth::Caller;
 use super::super::error::ApiError;
 use super::super::extract::{ApiPath, ApiQuery};
-use super::super::views::{ReleaseSummaryView, ReleaseView};
+use super::super::views::{names, ReleaseSummaryView, ReleaseView};
 use super::super::AppState;
 
 #[derive(Deserialize)]
@@ -33,21 +33,24 @@ pub(super) enum Fields {
 
 const DEFAULT_PAGE: u32 = 100;
 
-/// An upper bound on the JSON of one release of `cells` cells: 25 bytes per number (the longest
-/// f64 in shortest form, `-2.2250738585072014e-308`, and a comma) and 2 KiB for the rest.
-fn listed_bytes(cells: i64) -> usize {
-    usize::try_from(cells)
-        .unwrap_or(usize::MAX)
+/// An upper bound on the JSON of one release of `cells` cells and `name_bytes` bytes of stored
+/// row names: 25 bytes per number (the longest f64 in shortest form, `-2.2250738585072014e-308`,
+/// and a comma), twice the names' bytes (JSON escapes at most double a name without control
+/// characters) and 2 KiB for the rest.
+fn listed_bytes(cells: i64, name_bytes: i64) -> usize {
+    let count = |n: i64| usize::try_from(n).unwrap_or(usize::MAX);
+    count(cells)
         .saturating_mul(25)
+        .saturating_add(count(name_bytes).saturating_mul(2))
         .saturating_add(2048)
 }
 
 /// How many of the releases of `sizes` (newest first) fit in `max_bytes`; at least one when there
 /// is one, so that any release can be listed.
-fn page_fits(sizes: &[(i64, i64)], max_bytes: usize) -> usize {
+fn page_fits(sizes: &[(i64, i64, i64)], max_bytes: usize) -> usize {
     let mut total = 0usize;
-    for (n, (_, cells)) in sizes.iter().enumerate() {
-        total = total.saturating_add(listed_bytes(*cells));
+    for (n, (_, cells, name_bytes)) in sizes.iter().enumerate() {
+        total = total.saturating_add(listed_bytes(*cells, *name_bytes));
         if total > max_bytes {
             return n.max(1);
         }
@@ -86,7 +89,7 @@ pub(super) async fn list(
     if query.fields == Some(Fields::Summary) {
         // A summary's JSON is bounded whatever the release's size (a label is at most 200
         // characters, 800 bytes), so the page bound is a count: 4096 at the default 8 MiB.
-        let fits = (state.settings.max_page_bytes / listed_bytes(0)).clamp(1, limit as usize);
+        let fits = (state.settings.max_page_bytes / listed_bytes(0, 0)).clamp(1, limit as usize);
         let summaries = state
             .store
             .list_release_summaries(id, query.before, fits as u32)
@@ -104,9 +107,15 @@ pub(super) async fn list(
     // Sizes first: the page stops before the release that would take it past max_page_bytes
     // (one release always fits), so neither the outputs read nor the answer exceed that bound.
     let sizes = state.store.release_sizes(id, query.before, limit).await?;
-    let fits = page_fits(&sizes, state.settings.max_page_bytes);
+    // The page names the dataset's cells once, within the same bound.
+    let names_bytes = names(dataset.cells.as_ref())
+        .map_or(0, |n| serde_json::to_vec(&n).map_or(0, |json| json.len()));
+    let fits = page_fits(
+        &sizes,
+        state.settings.max_page_bytes.saturating_sub(names_bytes),
+    );
     // Pinned below the newest release measured, so one committed meanwhile cannot slip in.
-    let before = query.before.or(sizes.first().map(|(seq, _)| seq + 1));
+    let before = query.before.or(sizes.first().map(|(seq, _, _)| seq + 1));
     let releases = state
         .store
         .list_releases(id, before, fits.max(1) as u32)
@@ -123,9 +132,13 @@ pub(super) async fn list(
     };
     let items: Vec<ReleaseView> = releases
         .into_iter()
-        .map(|r| ReleaseView::new(r, dataset.order.get(), None))
+        .map(|r| ReleaseView::new(r, dataset.order.get(), None, None))
         .collect();
-    Ok(Json(json!({ "items": items, "next_before": next_before })))
+    let mut page = json!({ "items": items, "next_before": next_before });
+    if let Some(cells) = names(dataset.cells.as_ref()) {
+        page["cells"] = cells.into();
+    }
+    Ok(Json(page))
 }
 
 pub(super) async fn show(
@@ -139,5 +152,10 @@ pub(super) async fn show(
         .get_release(id, release_id)
         .await?
         .ok_or_else(|| ApiError::not_found("release"))?;
-    Ok(Json(ReleaseView::new(release, dataset.order.get(), None)))
+    Ok(Json(ReleaseView::new(
+        release,
+        dataset.order.get(),
+        dataset.cells.as_ref(),
+        None,
+    )))
 }

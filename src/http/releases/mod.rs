@@ -27,9 +27,11 @@ use super::auth::Caller;
 use super::error::ApiError;
 use super::extract::{parse_json_bounded, ApiJson, ApiPath};
 use super::limits::CommitGate;
-use super::views::{allocation_json, budget_json, BudgetView, CostView, ReleaseView};
+use super::views::{
+    allocation_json, budget_json, names, AllocationView, BudgetView, CostView, ReleaseView,
+};
 use super::AppState;
-use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, NewRelease};
+use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, Names, NewRelease};
 use crate::privacy::utility::Forecast;
 use crate::release::record::Mechanism;
 use crate::release::request::{Context, Input, Request, RequestBody, RequestError};
@@ -89,6 +91,7 @@ fn parse_and_plan(
         sensitivity: dataset.sensitivity,
         max_dimension,
         max_exponential_n,
+        cells: dataset.cells.as_ref().map(Names::len),
     };
     let request = Request::parse(body, &ctx)?;
     let plan = request
@@ -156,6 +159,13 @@ struct PreviewView {
     cost: CostView,
     admissible: bool,
     budget_after: BudgetView,
+    /// The calling analyst's allocation after the release, when the admin set one; `admissible`
+    /// needs both the dataset's budget and this allocation to have room.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allocation_after: Option<AllocationView>,
+    /// The dataset's cell names, when it has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cells: Option<Vec<String>>,
     /// Vectors: the forecast (null for baselines). Absent for tables.
     #[serde(skip_serializing_if = "Option::is_none")]
     forecast: Option<Option<VectorForecast>>,
@@ -180,7 +190,22 @@ async fn preview(
 ) -> Result<Json<Value>, ApiError> {
     let (dataset, request, plan) = load_and_plan(&state, &caller, id, &body, false).await?;
     let budget = dataset.budget();
-    let admissible = budget.admits(plan.charge);
+    let allocation = match &caller {
+        Caller::Analyst { token_id, .. } => state
+            .store
+            .list_allocations(id, Some(token_id))
+            .await?
+            .pop(),
+        Caller::Admin => None,
+    };
+    let admissible =
+        budget.admits(plan.charge) && allocation.as_ref().is_none_or(|a| a.admits(plan.charge));
+    let allocation_after = allocation.map(|mut a| {
+        if admissible {
+            a.spent = a.spent.checked_add(plan.charge).unwrap_or(a.total);
+        }
+        AllocationView::from(&a)
+    });
     let mut after = budget;
     if admissible {
         after.spent = budget
@@ -216,6 +241,8 @@ async fn preview(
         },
         admissible,
         budget_after: BudgetView::from(&after),
+        allocation_after,
+        cells: names(dataset.cells.as_ref()),
     };
     Ok(Json(
         serde_json::to_value(view).map_err(|e| ApiError::Internal(e.to_string()))?,
@@ -231,14 +258,22 @@ async fn create(
     ApiJson(body): ApiJson<RequestBody>,
 ) -> Result<Response, ApiError> {
     let key = idempotency::key(&headers)?;
-    let (dataset, Request { input, label, .. }, plan) =
-        match load_and_plan(&state, &caller, id, &body, true).await {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                state.metrics.refusal(&e);
-                return Err(e);
-            }
-        };
+    let (
+        dataset,
+        Request {
+            input,
+            label,
+            row_names,
+            ..
+        },
+        plan,
+    ) = match load_and_plan(&state, &caller, id, &body, true).await {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            state.metrics.refusal(&e);
+            return Err(e);
+        }
+    };
     let idempotency = match key {
         Some(key) => {
             let fp = body.fingerprint(&state.fingerprint_key, id, &caller.name());
@@ -305,7 +340,7 @@ async fn create(
                 cost: charge,
                 output,
                 label,
-                row_names: None,
+                row_names,
                 idempotency,
             };
             let fp = new.idempotency.as_ref().map(|i| i.fingerprint);
@@ -323,7 +358,12 @@ async fn create(
                 state.metrics.table_release(kind, rows);
             }
             Ok(idempotency::created(
-                ReleaseView::new(release, dataset.order.get(), Some(&budget)),
+                ReleaseView::new(
+                    release,
+                    dataset.order.get(),
+                    dataset.cells.as_ref(),
+                    Some(&budget),
+                ),
                 false,
             ))
         }
