@@ -14,7 +14,8 @@ use crate::common::load::{
     schedule, tally, Answer, Driver, Outcome, Target,
 };
 use crate::common::server::{assert_log_clean, pg_dump, Owner, Replica};
-use serde_json::json;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
 
 /// The scenarios load the machine; one at a time gives honest figures.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -747,8 +748,6 @@ async fn full_frozen() {
 // ------------------------------------------------------------------- issue 13 (outside attack)
 
 use crate::common::app::{assert_problem, spawn_app_with, Backend, ADMIN_TOKEN};
-use reqwest::StatusCode;
-use serde_json::Value;
 
 /// `[1, 1, …]` with `n` cells, as a JSON array.
 fn ones(n: usize) -> String {
@@ -1409,5 +1408,198 @@ async fn slow_readers_are_cut_by_the_write_timeout() {
     assert!(
         received < full,
         "the stalled response was abandoned ({received} of {full} bytes)"
+    );
+}
+
+/// Issue 22: analysts with allocations race on one dataset through three replicas sharing one
+/// PostgreSQL database, while the admin lowers and raises one allocation. No analyst's charges
+/// pass their allocation, the dataset's pass its budget, every refusal names the rule that
+/// refused it, and the ledger, the allocations' spend and the release log agree with the 201s
+/// the clients received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn analysts_racing_over_replicas_never_exceed_their_allocations() {
+    let _serial = SERIAL.lock().await;
+    const COST: f64 = 0.0625;
+    const PER_ANALYST: usize = 40;
+    let database_url = crate::common::pg::fresh_database().await;
+    let logs = tempfile::tempdir().unwrap();
+    let replicas = start_replicas(3, &database_url, logs.path(), &[]);
+    let addresses: Vec<String> = replicas.iter().map(Replica::address).collect();
+    let client = reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    // 2.0 admits 32 releases of 0.0625; the allocations add up to 2.25, and one analyst has none.
+    let dataset = crate::common::load::register(&client, &addresses[0], 32, COST).await;
+    let allocations = [Some(0.5), Some(0.75), Some(1.0), None];
+    let mut analysts = Vec::new();
+    for allocation in allocations {
+        let created: Value = client
+            .post(format!("{}/v1/tokens", addresses[0]))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"datasets": [dataset.id]}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let (id, token) = (
+            created["id"].as_str().unwrap().to_owned(),
+            created["token"].as_str().unwrap().to_owned(),
+        );
+        if let Some(epsilon) = allocation {
+            let response = client
+                .put(format!(
+                    "{}/v1/datasets/{}/allocations/{id}",
+                    addresses[1], dataset.id
+                ))
+                .bearer_auth(ADMIN_TOKEN)
+                .json(&json!({ "epsilon": epsilon }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+        }
+        analysts.push((id, token, allocation));
+    }
+
+    let mut tasks = Vec::new();
+    for (a, (_, token, _)) in analysts.iter().enumerate() {
+        for i in 0..PER_ANALYST {
+            let (client, token) = (client.clone(), token.clone());
+            let url = format!(
+                "{}/v1/datasets/{}/releases",
+                addresses[(a + i) % addresses.len()],
+                dataset.id
+            );
+            tasks.push(tokio::spawn(async move {
+                let response = client
+                    .post(url)
+                    .bearer_auth(token)
+                    .json(&json!({"counts": [5, 3, 0, 1], "epsilon": COST}))
+                    .send()
+                    .await
+                    .expect("an answer");
+                let status = response.status();
+                let body: Value = response.json().await.expect("a JSON body");
+                (a, status, body)
+            }));
+        }
+    }
+    // Meanwhile the admin lowers the first analyst's allocation to 0.25 and raises it back.
+    let setter = {
+        let (client, url) = (
+            client.clone(),
+            format!(
+                "{}/v1/datasets/{}/allocations/{}",
+                addresses[2], dataset.id, analysts[0].0
+            ),
+        );
+        tokio::spawn(async move {
+            for epsilon in [0.25, 0.5] {
+                let response = client
+                    .put(&url)
+                    .bearer_auth(ADMIN_TOKEN)
+                    .json(&json!({ "epsilon": epsilon }))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), StatusCode::OK);
+            }
+        })
+    };
+    let mut created = [0usize; 4];
+    let mut refused_by_allocation = [0usize; 4];
+    let mut refused_by_budget = 0;
+    for task in tasks {
+        let (a, status, body) = task.await.unwrap();
+        match (status.as_u16(), body["type"].as_str()) {
+            (201, _) => {
+                assert_eq!(body["cost"]["epsilon"], COST);
+                created[a] += 1;
+            }
+            (409, Some("/problems/allocation-exhausted")) => {
+                assert!(
+                    analysts[a].2.is_some(),
+                    "refused by an allocation it has not"
+                );
+                assert!(body["allocation"]["remaining"].as_f64().unwrap() < COST);
+                refused_by_allocation[a] += 1;
+            }
+            (409, Some("/problems/budget-exhausted")) => refused_by_budget += 1,
+            other => panic!("unexpected answer {other:?}: {body}"),
+        }
+    }
+    setter.await.unwrap();
+    for (a, (_, _, allocation)) in analysts.iter().enumerate() {
+        if let Some(epsilon) = allocation {
+            assert!(
+                created[a] as f64 * COST <= *epsilon,
+                "analyst {a} got {} releases under an allocation of {epsilon}",
+                created[a]
+            );
+        }
+    }
+    assert_eq!(
+        created.iter().sum::<usize>(),
+        32,
+        "the dataset fills exactly: {created:?}"
+    );
+    assert_eq!(
+        created.iter().sum::<usize>()
+            + refused_by_allocation.iter().sum::<usize>()
+            + refused_by_budget,
+        4 * PER_ANALYST
+    );
+
+    // The ledger, each allocation's spend, and the audit chain, read through another replica.
+    let get = |path: String| {
+        let client = client.clone();
+        async move {
+            let response = client
+                .get(path)
+                .bearer_auth(ADMIN_TOKEN)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            response.json::<Value>().await.unwrap()
+        }
+    };
+    let base = format!("{}/v1/datasets/{}", addresses[1], dataset.id);
+    let budget = get(format!("{base}/budget")).await;
+    assert_eq!(budget["spent"], 2.0);
+    assert_eq!(budget["releases"], 32);
+    let listed = get(format!("{base}/allocations")).await;
+    for entry in listed["allocations"].as_array().unwrap() {
+        let a = analysts
+            .iter()
+            .position(|(id, _, _)| entry["token_id"] == id.as_str())
+            .unwrap();
+        assert_eq!(
+            entry["spent"].as_f64().unwrap(),
+            created[a] as f64 * COST,
+            "{entry}"
+        );
+    }
+    assert_eq!(listed["changes"].as_array().unwrap().len(), 5);
+    let audit = get(format!("{base}/audit")).await;
+    assert_eq!(audit["ok"], true, "{audit}");
+    assert_eq!(audit["checked"], 32, "{audit}");
+    assert_eq!(
+        postgres_inconsistencies(&database_url).await,
+        Vec::<String>::new()
+    );
+    for r in &replicas {
+        assert_log_clean(r);
+    }
+    report(
+        "allocations race (cargo test)",
+        json!({
+            "replicas": 3, "requests": 4 * PER_ANALYST, "created": created,
+            "refused_by_allocation": refused_by_allocation, "refused_by_budget": refused_by_budget,
+            "allocations": allocations,
+        }),
     );
 }

@@ -652,8 +652,19 @@ pub async fn postgres_inconsistencies(database_url: &str) -> Vec<String> {
     .fetch_all(&mut conn)
     .await
     .unwrap();
+    // Each analyst token's spend on a dataset is what its stored releases there cost.
+    let spends: Vec<(String,)> = sqlx::query_as(
+        "SELECT t.token_id || ' on ' || t.dataset_id::text FROM token_datasets t \
+         LEFT JOIN (SELECT dataset_id, created_by, sum(cost_units)::bigint AS s \
+                    FROM releases GROUP BY dataset_id, created_by) r \
+                ON r.dataset_id = t.dataset_id AND r.created_by = t.token_id \
+         WHERE t.spent_units <> coalesce(r.s, 0)",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
     let _ = conn.close().await;
-    rows.into_iter().map(|(id,)| id).collect()
+    rows.into_iter().chain(spends).map(|(id,)| id).collect()
 }
 
 /// Percentiles of a set of durations, in milliseconds: (p50, p99, max).
