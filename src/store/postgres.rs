@@ -77,7 +77,10 @@ const RELEASE_COLUMNS: &str = "id, dataset_id, seq, created_at, created_by, \
 /// there is one, also has room; `allocated` adds the cost to the token's spend only when the
 /// dataset was charged. Every writer of that row (a release by the token, `set_allocation`) locks
 /// it before the dataset's row, so the two locks are always taken in that order. The admin has
-/// no such row, and its releases skip both steps.
+/// no such row, and its releases skip both steps. The statement answers one row either way: the
+/// charge and record when committed, and the allocation as read under its lock, so that a
+/// refusal by the allocation is named from what the statement saw, not from a later read that
+/// a concurrent change of the allocation could contradict.
 const COMMIT_RELEASE: &str = "\
 WITH allocation AS MATERIALIZED (
     SELECT spent_units, allocation_units FROM token_datasets
@@ -107,8 +110,11 @@ WITH allocation AS MATERIALIZED (
  RETURNING seq, created_at
 )
 SELECT charged.budget_order, charged.total_units, charged.spent_units, charged.release_count,
-       charged.dp_epsilon, charged.dp_delta, recorded.seq, recorded.created_at
-  FROM charged CROSS JOIN recorded";
+       charged.dp_epsilon, charged.dp_delta, recorded.seq, recorded.created_at,
+       allocation.allocation_units, allocation.spent_units AS allocation_spent_units
+  FROM (SELECT 1) AS answer
+  LEFT JOIN allocation ON true
+  LEFT JOIN (charged CROSS JOIN recorded) ON true";
 
 pub struct PgStore {
     pool: sqlx::PgPool,
@@ -196,9 +202,10 @@ impl PgStore {
             .transpose()
     }
 
-    /// Why the commit statement matched no row. The budget's answer cannot go stale: `spent`
-    /// only grows, a dataset is never deleted and an idempotency key, once stored, stays.
-    async fn refused(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
+    /// Why the commit statement charged nothing (`answer` is its row). The budget's answer cannot
+    /// go stale: `spent` only grows, a dataset is never deleted and an idempotency key, once
+    /// stored, stays; the allocation's comes from the statement itself.
+    async fn refused(&self, new: &NewRelease, answer: &PgRow) -> Result<CommitOutcome, StoreError> {
         const CONTEXT: &str = "commit_release";
         // A concurrent retry may have taken the last of the budget with this very key.
         if let Some(idempotency) = &new.idempotency {
@@ -220,14 +227,22 @@ impl PgStore {
             return Ok(CommitOutcome::Exhausted { budget });
         }
         // `spent` only grows, so the budget admitted the release at the statement too: the
-        // caller's allocation or the output quota refused it. (An allocation raised since the
-        // statement may admit it now; then the quota is named, and a retry tells.)
-        let allocation = self
-            .list_allocations(new.dataset_id, Some(&new.created_by))
-            .await?
-            .pop();
-        if let Some(allocation) = allocation.filter(|a| !a.admits(new.cost)) {
-            return Ok(CommitOutcome::AllocationExhausted { allocation, budget });
+        // caller's allocation, as the statement read it under its lock, or the output quota
+        // refused it.
+        let get = |e| store_error(CONTEXT, e);
+        let total: Option<i64> = answer.try_get("allocation_units").map_err(get)?;
+        if let Some(total) = total {
+            let allocation = Allocation {
+                token_id: new.created_by.clone(),
+                total: codec::units(total, "token_datasets.allocation_units")?,
+                spent: codec::units(
+                    answer.try_get("allocation_spent_units").map_err(get)?,
+                    "token_datasets.spent_units",
+                )?,
+            };
+            if !allocation.admits(new.cost) {
+                return Ok(CommitOutcome::AllocationExhausted { allocation, budget });
+            }
         }
         Ok(CommitOutcome::OutputQuotaExceeded {
             quota: self.max_stored_cells,
@@ -373,8 +388,14 @@ impl LedgerStore for PgStore {
             .await;
         drop(conn);
         match result {
-            Ok(Some(row)) => committed(&row, new),
-            Ok(None) => self.refused(new).await,
+            Ok(Some(row)) => match row.try_get::<Option<i64>, _>("seq") {
+                Ok(Some(_)) => committed(&row, new),
+                Ok(None) => self.refused(new, &row).await,
+                Err(e) => Err(store_error(CONTEXT, e)),
+            },
+            Ok(None) => Err(StoreError::Internal(format!(
+                "{CONTEXT}: the statement answered no row"
+            ))),
             // A concurrent request with the same key committed first; this one charged nothing.
             Err(e) if is_idempotency_conflict(&e) => {
                 let key = new.idempotency.as_ref().map_or("", |i| i.key.as_str());

@@ -1411,16 +1411,16 @@ async fn slow_readers_are_cut_by_the_write_timeout() {
     );
 }
 
-/// Issue 22: analysts with allocations race on one dataset through three replicas sharing one
-/// PostgreSQL database, while the admin lowers and raises one allocation. No analyst's charges
-/// pass their allocation, the dataset's pass its budget, every refusal names the rule that
-/// refused it, and the ledger, the allocations' spend and the release log agree with the 201s
-/// the clients received.
+/// Issue 22: analysts with allocations race through three replicas sharing one PostgreSQL
+/// database, on two datasets at once: on `roomy` the dataset's budget is more than all the
+/// requests can spend, so each allocation alone binds (and is reached exactly); on `tight`
+/// the allocations add up to more than the budget, so the dataset's cap binds. Meanwhile the
+/// admin lowers and raises one allocation on each. No analyst's charges pass their allocation,
+/// no dataset passes its budget, every refusal names the rule that refused it, and the ledger,
+/// the allocations' spend and the release log agree with the 201s the clients received.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn analysts_racing_over_replicas_never_exceed_their_allocations() {
     let _serial = SERIAL.lock().await;
-    const COST: f64 = 0.0625;
-    const PER_ANALYST: usize = 40;
     let database_url = crate::common::pg::fresh_database().await;
     let logs = tempfile::tempdir().unwrap();
     let replicas = start_replicas(3, &database_url, logs.path(), &[]);
@@ -1429,11 +1429,66 @@ async fn analysts_racing_over_replicas_never_exceed_their_allocations() {
         .pool_idle_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
-    // 2.0 admits 32 releases of 0.0625; the allocations add up to 2.25, and one analyst has none.
-    let dataset = crate::common::load::register(&client, &addresses[0], 32, COST).await;
-    let allocations = [Some(0.5), Some(0.75), Some(1.0), None];
+    // roomy: 64 releases of 0.0625 fit; the analysts ask for at most 8 + 12 + 16 + 20 = 56.
+    // tight: 32 fit; the allocations alone (0.5 + 0.75 + 1.0 = 2.25) add up to more than 2.
+    let (roomy, tight) = tokio::join!(
+        allocation_race(&client, &addresses, 64, [40, 40, 40, 20]),
+        allocation_race(&client, &addresses, 32, [40, 40, 40, 40]),
+    );
+    // On roomy the allocations alone refuse: exactly what each holds (the first one's was
+    // lowered for a while, so at most), and the unallocated analyst gets every request.
+    assert!(roomy.created[0] <= 8, "{roomy:?}");
+    assert_eq!(roomy.created[1..], [12, 16, 20], "{roomy:?}");
+    assert_eq!(roomy.refused_by_budget, 0, "{roomy:?}");
+    assert_eq!(roomy.refused_by_allocation[1..], [28, 24, 0], "{roomy:?}");
+    // On tight the dataset fills exactly.
+    assert_eq!(tight.created.iter().sum::<usize>(), 32, "{tight:?}");
+    assert_eq!(
+        postgres_inconsistencies(&database_url).await,
+        Vec::<String>::new()
+    );
+    for r in &replicas {
+        assert_log_clean(r);
+    }
+    for (name, figures) in [("roomy", &roomy), ("tight", &tight)] {
+        report(
+            &format!("allocations race, {name} dataset (cargo test)"),
+            json!({
+                "replicas": 3, "budget_releases": figures.budget_releases,
+                "requests": figures.requests, "created": figures.created,
+                "refused_by_allocation": figures.refused_by_allocation,
+                "refused_by_budget": figures.refused_by_budget,
+                "allocations": ALLOCATIONS,
+            }),
+        );
+    }
+}
+
+const RACE_COST: f64 = 0.0625;
+/// Three analysts with allocations and one without.
+const ALLOCATIONS: [Option<f64>; 4] = [Some(0.5), Some(0.75), Some(1.0), None];
+
+#[derive(Debug)]
+struct AllocationRace {
+    budget_releases: usize,
+    requests: [usize; 4],
+    created: [usize; 4],
+    refused_by_allocation: [usize; 4],
+    refused_by_budget: usize,
+}
+
+/// One dataset of `budget_releases` × 0.0625, four analysts (`ALLOCATIONS`) sending
+/// `requests[a]` releases each, spread over the replicas, while the admin lowers the first
+/// analyst's allocation to 0.25 and raises it back. Checks every answer and the ledger.
+async fn allocation_race(
+    client: &reqwest::Client,
+    addresses: &[String],
+    budget_releases: usize,
+    requests: [usize; 4],
+) -> AllocationRace {
+    let dataset = register(client, &addresses[0], budget_releases, RACE_COST).await;
     let mut analysts = Vec::new();
-    for allocation in allocations {
+    for allocation in ALLOCATIONS {
         let created: Value = client
             .post(format!("{}/v1/tokens", addresses[0]))
             .bearer_auth(ADMIN_TOKEN)
@@ -1461,12 +1516,12 @@ async fn analysts_racing_over_replicas_never_exceed_their_allocations() {
                 .unwrap();
             assert_eq!(response.status(), StatusCode::OK);
         }
-        analysts.push((id, token, allocation));
+        analysts.push((id, token));
     }
 
     let mut tasks = Vec::new();
-    for (a, (_, token, _)) in analysts.iter().enumerate() {
-        for i in 0..PER_ANALYST {
+    for (a, (_, token)) in analysts.iter().enumerate() {
+        for i in 0..requests[a] {
             let (client, token) = (client.clone(), token.clone());
             let url = format!(
                 "{}/v1/datasets/{}/releases",
@@ -1477,7 +1532,7 @@ async fn analysts_racing_over_replicas_never_exceed_their_allocations() {
                 let response = client
                     .post(url)
                     .bearer_auth(token)
-                    .json(&json!({"counts": [5, 3, 0, 1], "epsilon": COST}))
+                    .json(&json!({"counts": [5, 3, 0, 1], "epsilon": RACE_COST}))
                     .send()
                     .await
                     .expect("an answer");
@@ -1487,7 +1542,6 @@ async fn analysts_racing_over_replicas_never_exceed_their_allocations() {
             }));
         }
     }
-    // Meanwhile the admin lowers the first analyst's allocation to 0.25 and raises it back.
     let setter = {
         let (client, url) = (
             client.clone(),
@@ -1509,48 +1563,47 @@ async fn analysts_racing_over_replicas_never_exceed_their_allocations() {
             }
         })
     };
-    let mut created = [0usize; 4];
-    let mut refused_by_allocation = [0usize; 4];
-    let mut refused_by_budget = 0;
+    let mut race = AllocationRace {
+        budget_releases,
+        requests,
+        created: [0; 4],
+        refused_by_allocation: [0; 4],
+        refused_by_budget: 0,
+    };
     for task in tasks {
         let (a, status, body) = task.await.unwrap();
         match (status.as_u16(), body["type"].as_str()) {
             (201, _) => {
-                assert_eq!(body["cost"]["epsilon"], COST);
-                created[a] += 1;
+                assert_eq!(body["cost"]["epsilon"], RACE_COST);
+                race.created[a] += 1;
             }
             (409, Some("/problems/allocation-exhausted")) => {
                 assert!(
-                    analysts[a].2.is_some(),
+                    ALLOCATIONS[a].is_some(),
                     "refused by an allocation it has not"
                 );
-                assert!(body["allocation"]["remaining"].as_f64().unwrap() < COST);
-                refused_by_allocation[a] += 1;
+                assert!(body["allocation"]["remaining"].as_f64().unwrap() < RACE_COST);
+                race.refused_by_allocation[a] += 1;
             }
-            (409, Some("/problems/budget-exhausted")) => refused_by_budget += 1,
+            (409, Some("/problems/budget-exhausted")) => race.refused_by_budget += 1,
             other => panic!("unexpected answer {other:?}: {body}"),
         }
     }
     setter.await.unwrap();
-    for (a, (_, _, allocation)) in analysts.iter().enumerate() {
+    for (a, allocation) in ALLOCATIONS.iter().enumerate() {
         if let Some(epsilon) = allocation {
             assert!(
-                created[a] as f64 * COST <= *epsilon,
+                race.created[a] as f64 * RACE_COST <= *epsilon,
                 "analyst {a} got {} releases under an allocation of {epsilon}",
-                created[a]
+                race.created[a]
             );
         }
     }
+    let created: usize = race.created.iter().sum();
+    assert!(created <= budget_releases, "{race:?}");
     assert_eq!(
-        created.iter().sum::<usize>(),
-        32,
-        "the dataset fills exactly: {created:?}"
-    );
-    assert_eq!(
-        created.iter().sum::<usize>()
-            + refused_by_allocation.iter().sum::<usize>()
-            + refused_by_budget,
-        4 * PER_ANALYST
+        created + race.refused_by_allocation.iter().sum::<usize>() + race.refused_by_budget,
+        requests.iter().sum::<usize>()
     );
 
     // The ledger, each allocation's spend, and the audit chain, read through another replica.
@@ -1569,37 +1622,26 @@ async fn analysts_racing_over_replicas_never_exceed_their_allocations() {
     };
     let base = format!("{}/v1/datasets/{}", addresses[1], dataset.id);
     let budget = get(format!("{base}/budget")).await;
-    assert_eq!(budget["spent"], 2.0);
-    assert_eq!(budget["releases"], 32);
+    assert_eq!(
+        budget["spent"].as_f64().unwrap(),
+        created as f64 * RACE_COST
+    );
+    assert_eq!(budget["releases"], created);
     let listed = get(format!("{base}/allocations")).await;
     for entry in listed["allocations"].as_array().unwrap() {
         let a = analysts
             .iter()
-            .position(|(id, _, _)| entry["token_id"] == id.as_str())
+            .position(|(id, _)| entry["token_id"] == id.as_str())
             .unwrap();
         assert_eq!(
             entry["spent"].as_f64().unwrap(),
-            created[a] as f64 * COST,
+            race.created[a] as f64 * RACE_COST,
             "{entry}"
         );
     }
     assert_eq!(listed["changes"].as_array().unwrap().len(), 5);
     let audit = get(format!("{base}/audit")).await;
     assert_eq!(audit["ok"], true, "{audit}");
-    assert_eq!(audit["checked"], 32, "{audit}");
-    assert_eq!(
-        postgres_inconsistencies(&database_url).await,
-        Vec::<String>::new()
-    );
-    for r in &replicas {
-        assert_log_clean(r);
-    }
-    report(
-        "allocations race (cargo test)",
-        json!({
-            "replicas": 3, "requests": 4 * PER_ANALYST, "created": created,
-            "refused_by_allocation": refused_by_allocation, "refused_by_budget": refused_by_budget,
-            "allocations": allocations,
-        }),
-    );
+    assert_eq!(audit["checked"], created, "{audit}");
+    race
 }
