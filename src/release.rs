@@ -457,7 +457,7 @@ pub fn execute_release(draw: &Draw, counts: &Counts) -> Result<Drawn, String> {
             baseline::laplace_release(counts, *scale, &mut rng).map_err(|e| e.to_string())
         }
         Draw::Bounded { .. } | Draw::Exponential { .. } => {
-            Err("a seeds draw reached the Dirichlet sampler".into())
+            Err("a bounded or exponential draw reached the Dirichlet sampler".into())
         }
     }?;
     Ok((y, None))
