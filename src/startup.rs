@@ -87,6 +87,22 @@ impl Application {
         self.state.store.backend()
     }
 
+    /// Serve on a task of this process until the returned [`LocalServer`] is stopped or dropped:
+    /// the one way the integration tests and the examples start a server in-process.
+    pub fn spawn(self) -> LocalServer {
+        let address = format!("http://{}", self.local_addr());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(self.run_until_stopped(async move {
+            // A dropped sender stops the server too.
+            let _ = stopped.await;
+        }));
+        LocalServer {
+            address,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
     /// Serve until `shutdown` resolves, then stop accepting, finish in-flight requests and wait
     /// for release tasks whose clients went away.
     ///
@@ -218,4 +234,33 @@ pub async fn shutdown_signal() {
         _ = terminate => {},
     }
     tracing::info!("shutdown requested: finishing in-flight requests");
+}
+
+/// A server running on a task of this process ([`Application::spawn`]).
+pub struct LocalServer {
+    /// `http://IP:PORT`
+    pub address: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl LocalServer {
+    /// Stop accepting, finish in-flight requests and release tasks, then return.
+    pub async fn stop(mut self) -> std::io::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match self.task.take() {
+            Some(task) => task.await.map_err(std::io::Error::other)?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for LocalServer {
+    fn drop(&mut self) {
+        // Dropping the sender resolves the shutdown future: the server stops gracefully on its
+        // own task.
+        self.stop.take();
+    }
 }

@@ -360,9 +360,10 @@ impl Encoded {
 /// A server started by the example itself, in this process, through the library's own start-up
 /// code (the same `Application` the binary runs): nothing to build or find on disk, and it is
 /// stopped and its temporary SQLite file removed when the example ends.
+/// The service started in-process (as the integration tests start it), with its SQLite file's
+/// directory.
 struct LocalServer {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    server: dirichlet_release::startup::LocalServer,
     _dir: tempfile::TempDir,
 }
 
@@ -404,20 +405,12 @@ impl Service {
                 settings.database_url =
                     format!("sqlite://{}", dir.path().join("ledger.db").display());
                 settings.admin_token = Some(token.as_str().into());
-                let app = Application::build(settings).await?;
-                let base = format!("http://{}", app.local_addr());
-                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-                let task = tokio::spawn(app.run_until_stopped(async move {
-                    let _ = stopped.await;
-                }));
+                let server = Application::build(settings).await?.spawn();
+                let base = server.address.clone();
                 eprintln!(
                     "started the service in-process at {base} (SQLite in a temporary directory)"
                 );
-                let local = LocalServer {
-                    stop: Some(stop),
-                    task: Some(task),
-                    _dir: dir,
-                };
+                let local = LocalServer { server, _dir: dir };
                 (base, token, Some(local))
             }
         };
@@ -434,13 +427,8 @@ impl Service {
     /// Stop an in-process server and wait for it (so the SQLite file is closed before its
     /// directory goes).
     pub async fn shutdown(mut self) -> Result<()> {
-        if let Some(mut local) = self.local.take() {
-            if let Some(stop) = local.stop.take() {
-                let _ = stop.send(());
-            }
-            if let Some(task) = local.task.take() {
-                task.await??;
-            }
+        if let Some(local) = self.local.take() {
+            local.server.stop().await?;
         }
         Ok(())
     }

@@ -4,18 +4,15 @@
 use std::time::Duration;
 
 use crate::common::app::{fresh_database, Backend};
-use crate::common::binary;
+use crate::common::server::Replica;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
 async fn admin_token_is_generated_once_and_only_its_digest_is_stored(backend: Backend) {
     let (database_url, _dir, sqlite_path) = fresh_database(backend).await;
     let logs = tempfile::tempdir().unwrap();
-    let env = [
-        ("DIRICHLET_DATABASE_URL", database_url.as_str()),
-        ("DIRICHLET_LISTEN", "127.0.0.1:0"),
-    ];
-    let mut first = binary::start(&env, logs.path());
+    let env = [("DIRICHLET_DATABASE_URL", database_url.as_str())];
+    let mut first = Replica::start_bare("first", &env, logs.path());
     // The announcement follows the address line; give the drain thread a moment.
     let mut token = None;
     for _ in 0..100 {
@@ -46,28 +43,25 @@ async fn admin_token_is_generated_once_and_only_its_digest_is_stored(backend: Ba
         }
     };
     assert_eq!(
-        create(first.address.clone(), token.clone()).await,
+        create(first.address(), token.clone()).await,
         StatusCode::CREATED
     );
     assert!(first.stop_with("INT").success(), "SIGINT stops it cleanly");
 
     // A second start finds the stored digest: nothing printed, the same token still works.
-    let mut second = binary::start(&env, logs.path());
+    let mut second = Replica::start_bare("second", &env, logs.path());
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!second.stdout_text().contains("Generated admin token"));
     assert_eq!(
-        create(second.address.clone(), token.clone()).await,
+        create(second.address(), token.clone()).await,
         StatusCode::CREATED
     );
     assert_eq!(
-        create(second.address.clone(), "not-the-token".into()).await,
+        create(second.address(), "not-the-token".into()).await,
         StatusCode::UNAUTHORIZED
     );
     assert!(second.stop_with("TERM").success());
-    assert!(
-        !second.stderr_text().contains(&token),
-        "the token is never logged"
-    );
+    assert!(!second.log().contains(&token), "the token is never logged");
     if let Some(path) = sqlite_path {
         let bytes = std::fs::read(path).unwrap();
         assert!(
@@ -81,10 +75,10 @@ async fn sigterm_finishes_an_in_flight_release(backend: Backend) {
     let (database_url, _dir, _) = fresh_database(backend).await;
     let logs = tempfile::tempdir().unwrap();
     let admin = "in-flight-admin-token-0123456789";
-    let mut server = binary::start(
+    let mut server = Replica::start_bare(
+        "server",
         &[
             ("DIRICHLET_DATABASE_URL", database_url.as_str()),
-            ("DIRICHLET_LISTEN", "127.0.0.1:0"),
             ("DIRICHLET_ADMIN_TOKEN", admin),
             ("RUST_LOG", "info,tower_http=debug"),
         ],
@@ -92,7 +86,7 @@ async fn sigterm_finishes_an_in_flight_release(backend: Backend) {
     );
     let client = reqwest::Client::new();
     let response = client
-        .post(format!("{}/v1/datasets", server.address))
+        .post(format!("{}/v1/datasets", server.address()))
         .bearer_auth(admin)
         .json(&json!({"name": "big", "budget": {"order": 2, "epsilon": 10}}))
         .send()
@@ -105,7 +99,7 @@ async fn sigterm_finishes_an_in_flight_release(backend: Backend) {
     // A large release takes long enough (parse, sample, store, serialise) to be in flight
     // when the signal arrives.
     let counts: Vec<u32> = (0..400_000).map(|i| i % 97).collect();
-    let url = format!("{}/v1/datasets/{id}/releases", server.address);
+    let url = format!("{}/v1/datasets/{id}/releases", server.address());
     let request = tokio::spawn({
         let client = client.clone();
         async move {
@@ -120,33 +114,17 @@ async fn sigterm_finishes_an_in_flight_release(backend: Backend) {
     });
     // Signal only once the server has the request (its headers at least): then it is in flight.
     for _ in 0..500 {
-        if server
-            .stderr_text()
-            .matches("started processing request")
-            .count()
-            >= 2
-        {
+        if server.log().matches("started processing request").count() >= 2 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(
-        server
-            .stderr_text()
-            .matches("started processing request")
-            .count()
-            >= 2,
+        server.log().matches("started processing request").count() >= 2,
         "the release request reached the server"
     );
-    assert!(
-        server.child.try_wait().unwrap().is_none(),
-        "still serving before the signal"
-    );
-    let pid = server.child.id().to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
+    assert!(server.is_running(), "still serving before the signal");
+    server.signal("TERM");
     let response = request.await.unwrap();
     assert_eq!(
         response.status(),
@@ -155,11 +133,11 @@ async fn sigterm_finishes_an_in_flight_release(backend: Backend) {
     );
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["distribution"].as_array().unwrap().len(), 400_000);
-    let status = server.wait(Duration::from_secs(30));
+    let status = server.wait_stopped();
     assert!(status.success(), "graceful exit, got {status}");
     // New connections are refused after shutdown.
     assert!(client
-        .get(format!("{}/healthz", server.address))
+        .get(format!("{}/healthz", server.address()))
         .send()
         .await
         .is_err());

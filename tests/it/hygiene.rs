@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use crate::common::app::{fresh_database, Backend, ADMIN_TOKEN};
-use crate::common::binary;
+use crate::common::server::Replica;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -145,26 +145,22 @@ fn hex_lower(bytes: &[u8]) -> String {
 async fn counts_never_reach_storage_or_logs(backend: Backend) {
     let (database_url, _dir, sqlite_path) = fresh_database(backend).await;
     let logs = tempfile::tempdir().unwrap();
-    let mut server = binary::start(
+    let mut server = Replica::start_bare(
+        "server",
         &[
             ("DIRICHLET_DATABASE_URL", &database_url),
-            ("DIRICHLET_LISTEN", "127.0.0.1:0"),
             ("DIRICHLET_ADMIN_TOKEN", ADMIN_TOKEN),
             ("DIRICHLET_LOG_FORMAT", "json"),
             ("RUST_LOG", "trace"),
         ],
         logs.path(),
     );
-    exercise(&format!(
-        "http://{}",
-        server.address.trim_start_matches("http://")
-    ))
-    .await;
+    exercise(&server.address()).await;
     // SIGTERM: a graceful shutdown must exit 0.
     let status = server.stop_with("TERM");
     assert!(status.success(), "graceful shutdown exits 0, got {status}");
 
-    let stderr = server.stderr_text().into_bytes();
+    let stderr = server.log().into_bytes();
     let log_text = String::from_utf8_lossy(&stderr);
     assert!(
         log_text.contains("\"level\":\"TRACE\""),

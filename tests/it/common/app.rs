@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use dirichlet_release::config::Settings;
-use dirichlet_release::startup::Application;
+use dirichlet_release::startup::{Application, LocalServer};
 use reqwest::{Response, StatusCode};
 use serde_json::{json, Value};
 
@@ -23,6 +23,8 @@ pub struct TestApp {
     pub database_url: String,
     /// The SQLite file, when the backend is SQLite.
     pub sqlite_path: Option<PathBuf>,
+    /// Stops the server when the test's app goes away (before its database directory does).
+    _server: LocalServer,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -61,13 +63,13 @@ pub async fn spawn_app_with(backend: Backend, tweak: impl FnOnce(&mut Settings))
     let (database_url, dir, sqlite_path) = fresh_database(backend).await;
     let mut settings = test_settings(&database_url);
     tweak(&mut settings);
-    let app = Application::build(settings)
+    let server = Application::build(settings)
         .await
-        .expect("the application starts");
-    let address = format!("http://{}", app.local_addr());
-    tokio::spawn(app.run_until_stopped(std::future::pending()));
+        .expect("the application starts")
+        .spawn();
     TestApp {
-        address,
+        address: server.address.clone(),
+        _server: server,
         client: reqwest::Client::builder()
             .pool_max_idle_per_host(64)
             .build()

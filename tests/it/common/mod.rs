@@ -2,7 +2,6 @@
 
 #[macro_use]
 pub mod app;
-pub mod binary;
 pub mod load;
 pub mod pg;
 pub mod server;

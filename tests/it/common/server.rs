@@ -1,5 +1,6 @@
-//! The real binary as a child process: replicas that can be started, killed with SIGKILL,
-//! stopped with SIGTERM and restarted on the same port with the same configuration.
+//! The real binary as a child process — the one way the tests run it: replicas that can be
+//! started (with the test configuration, or with exactly the environment given), killed with
+//! SIGKILL, stopped with a signal and restarted on the same port with the same configuration.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -84,6 +85,32 @@ impl Replica {
             }
         }
         panic!("replica {name} did not start: {last}");
+    }
+
+    /// The binary with exactly `env` (and PATH), nothing else set for it: how a user starts it
+    /// (the admin token generated on first start, configuration from the environment).
+    pub fn start_bare(name: &str, env: &[(&str, &str)], log_dir: &Path) -> Replica {
+        let mut replica = Replica {
+            name: name.into(),
+            port: 0,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            log_path: log_dir.join(format!("{name}.log")),
+            child: None,
+            starts: 0,
+            stdout: Arc::new(Mutex::new(Vec::new())),
+        };
+        let mut last = String::new();
+        for _ in 0..3 {
+            replica.port = free_port();
+            match replica.launch() {
+                Ok(()) => return replica,
+                Err(e) => last = e,
+            }
+        }
+        panic!("{name} did not start: {last}");
     }
 
     fn configure(
@@ -187,13 +214,30 @@ impl Replica {
 
     /// SIGTERM, and the exit status once the process has stopped (bounded).
     pub fn terminate(&mut self) -> ExitStatus {
-        let mut child = self.child.take().expect("the replica is running");
+        self.stop_with("TERM")
+    }
+
+    /// Send `signal` ("TERM", "INT", …) and return the exit status once the process has stopped
+    /// (bounded).
+    pub fn stop_with(&mut self, signal: &str) -> ExitStatus {
+        self.signal(signal);
+        self.wait_stopped()
+    }
+
+    /// Send `signal` to the running process, without waiting.
+    pub fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the replica is running");
         let status = Command::new("kill")
-            .arg("-TERM")
+            .arg(format!("-{signal}"))
             .arg(child.id().to_string())
             .status()
             .expect("kill runs");
-        assert!(status.success(), "SIGTERM delivered");
+        assert!(status.success(), "SIG{signal} delivered");
+    }
+
+    /// The exit status once the process has stopped (it is killed after a bound).
+    pub fn wait_stopped(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("the replica is running");
         let deadline = Instant::now() + STOP_TIMEOUT;
         loop {
             if let Some(status) = child.try_wait().expect("try_wait") {
@@ -203,7 +247,7 @@ impl Replica {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!(
-                    "replica {} did not stop within {STOP_TIMEOUT:?} of SIGTERM",
+                    "replica {} did not stop within {STOP_TIMEOUT:?} of a signal",
                     self.name
                 );
             }
@@ -236,6 +280,16 @@ impl Replica {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Everything the processes printed on standard output, a line each.
+    pub fn stdout_text(&self) -> String {
+        self.stdout
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|line| format!("{line}\n"))
+            .collect()
     }
 
     pub fn log_path(&self) -> &Path {
