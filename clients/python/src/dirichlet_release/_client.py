@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import (
     Any,
     AsyncIterator,
+    Iterable,
     Iterator,
     List,
     Mapping,
@@ -152,7 +153,7 @@ class Client(BaseClient):
         delta: Optional[float] = None,
         neighbouring: Optional[str] = None,
         sensitivity: Union[Sensitivity, Mapping[str, float], None] = None,
-        cells: Optional[Sequence[str]] = None,
+        cells: Optional[Iterable[str]] = None,
     ) -> Dataset:
         """Register a dataset and its privacy budget (admin only).
 
@@ -200,7 +201,7 @@ class Client(BaseClient):
         epsilon: Optional[float] = None,
         mechanism: str = "dirichlet",
         label: Optional[str] = None,
-        row_names: Union[bool, Sequence[str], None] = None,
+        row_names: Union[bool, Iterable[str], None] = None,
         **params: Any,
     ) -> Preview:
         """Price a release and forecast its utility; nothing is drawn and nothing is spent.
@@ -221,7 +222,7 @@ class Client(BaseClient):
         epsilon: Optional[float] = None,
         mechanism: str = "dirichlet",
         label: Optional[str] = None,
-        row_names: Union[bool, Sequence[str], None] = None,
+        row_names: Union[bool, Iterable[str], None] = None,
         idempotency_key: Optional[str] = None,
         **params: Any,
     ) -> Release:
@@ -421,7 +422,7 @@ class AsyncClient(BaseClient):
         delta: Optional[float] = None,
         neighbouring: Optional[str] = None,
         sensitivity: Union[Sensitivity, Mapping[str, float], None] = None,
-        cells: Optional[Sequence[str]] = None,
+        cells: Optional[Iterable[str]] = None,
     ) -> Dataset:
         """Register a dataset and its privacy budget (admin only); see `Client.create_dataset`."""
         return await self._run(
@@ -456,7 +457,7 @@ class AsyncClient(BaseClient):
         epsilon: Optional[float] = None,
         mechanism: str = "dirichlet",
         label: Optional[str] = None,
-        row_names: Union[bool, Sequence[str], None] = None,
+        row_names: Union[bool, Iterable[str], None] = None,
         **params: Any,
     ) -> Preview:
         """Price a release and forecast it, nothing spent; see `Client.preview`."""
@@ -473,7 +474,7 @@ class AsyncClient(BaseClient):
         epsilon: Optional[float] = None,
         mechanism: str = "dirichlet",
         label: Optional[str] = None,
-        row_names: Union[bool, Sequence[str], None] = None,
+        row_names: Union[bool, Iterable[str], None] = None,
         idempotency_key: Optional[str] = None,
         **params: Any,
     ) -> Release:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, Iterable, List, Optional, Sequence, Union
 
 from ._exceptions import CellsMismatch
 
@@ -43,11 +43,6 @@ def _is_series(value: Any) -> bool:
 def _is_frame(value: Any) -> bool:
     pd = _pandas()
     return pd is not None and isinstance(value, pd.DataFrame)
-
-
-def _is_index(value: Any) -> bool:
-    pd = _pandas()
-    return pd is not None and isinstance(value, pd.Index)
 
 
 def _is_ndarray(value: Any) -> bool:
@@ -192,7 +187,7 @@ def prepare_row_names(row_names: Any, counts: Any) -> Optional[List[str]]:
         return _string_labels(counts.index, "row_names=True: the DataFrame's index")
     if isinstance(row_names, (str, bytes)):
         raise TypeError("row_names must be a list of names (one per row), not one string")
-    if not (isinstance(row_names, Sequence) or _is_index(row_names) or _is_ndarray(row_names)):
+    if not isinstance(row_names, Iterable):
         raise TypeError(
             f"row_names must be None, True or a list of names, not {type(row_names).__name__}"
         )
