@@ -91,19 +91,23 @@ def has_labels(counts: Any) -> bool:
     return _is_series(counts) or _is_frame(counts)
 
 
-def _string_labels(labels: Any, what: str) -> List[str]:
+_CELL_LABELS = (
+    "the dataset names its cells, so pandas input is aligned to them by name and its labels "
+    "must be strings; pass a list or an array to send values by position"
+)
+_ROW_NAMES = "row names must be strings; pass row_names=[…] with the public names of the rows"
+
+
+def _string_labels(labels: Any, what: str, why: str) -> List[str]:
     names = list(labels)
     if not all(isinstance(name, str) for name in names):
-        raise TypeError(
-            f"{what}: the dataset names its cells, so pandas input is aligned to them by name "
-            "and its labels must be strings; pass a list or an array to send values by position"
-        )
+        raise TypeError(f"{what}: {why}")
     return names
 
 
 def _positions(labels: Any, cells: Sequence[str], what: str) -> List[int]:
     """Where each of `cells` is among `labels`: the order that aligns the input to the cells."""
-    names = _string_labels(labels, what)
+    names = _string_labels(labels, what, _CELL_LABELS)
     where = {name: i for i, name in enumerate(names)}
     if len(where) != len(names):
         raise ValueError(f"{what} repeats a label; each cell must appear once (nothing was sent)")
@@ -184,14 +188,14 @@ def prepare_row_names(row_names: Any, counts: Any) -> Optional[List[str]]:
     if row_names is True:
         if not _is_frame(counts):
             raise TypeError("row_names=True sends a DataFrame's index; counts is not a DataFrame")
-        return _string_labels(counts.index, "row_names=True: the DataFrame's index")
+        return _string_labels(counts.index, "row_names=True: the DataFrame's index", _ROW_NAMES)
     if isinstance(row_names, (str, bytes)):
         raise TypeError("row_names must be a list of names (one per row), not one string")
     if not isinstance(row_names, Iterable):
         raise TypeError(
             f"row_names must be None, True or a list of names, not {type(row_names).__name__}"
         )
-    return _string_labels(row_names, "row_names")
+    return _string_labels(row_names, "row_names", _ROW_NAMES)
 
 
 def shape_distribution(values: List[float], shape: Shape, cells: Optional[List[str]]) -> Any:
