@@ -1,18 +1,20 @@
 import numpy as np
 import pandas as pd
 
-from dirichlet_release import BudgetExhausted, Client
+from dirichlet_release import AllocationExhausted, BudgetExhausted, Client
 
 # DIRICHLET_URL (e.g. http://127.0.0.1:8080) and DIRICHLET_TOKEN (the admin token) name the server.
 with Client.from_env() as client:
     # 1. Register a dataset: ε = 1 of Rényi DP at order λ₀ = 2, neighbours differ by replacing
-    #    one record (the default).
-    dataset = client.create_dataset("visits per diagnosis", epsilon=1.0, order=2)
-    print("dataset", dataset.id)
+    #    one record (the default). The cell names are public, fixed in advance: every release
+    #    then has these six cells, and a pandas input is aligned to them by name.
+    diagnoses = ["flu", "asthma", "measles", "scurvy", "sprain", "other"]
+    dataset = client.create_dataset("visits per diagnosis", epsilon=1.0, order=2, cells=diagnoses)
+    print("dataset", dataset.id, "cells", dataset.cells)
 
     # 2. Preview a release at ε = 0.4: its cost and a utility forecast; nothing is spent. A
-    #    Series' index names the cells, and the output comes back with it.
-    diagnoses = ["flu", "asthma", "measles", "scurvy", "sprain", "other"]
+    #    Series' index names the cells (in any order; a missing or unknown name is refused
+    #    before anything is sent), and the output comes back labelled with the cells.
     visits = pd.Series([120, 45, 3, 0, 17, 9], index=diagnoses, name="visits")
     preview = client.preview(dataset.id, visits, epsilon=0.4)
     print(preview.cost, "admissible:", preview.admissible, "forecast:", preview.forecast)
@@ -41,16 +43,46 @@ with Client.from_env() as client:
 
     # 7. A table from pandas.crosstab: one row per age band (disjoint groups of records), one
     #    column per diagnosis. Each row is drawn independently and the whole table costs ONE
-    #    charge; the DataFrame comes back with the crosstab's index and columns.
+    #    charge. A crosstab lists only the age bands and diagnoses that occur in the data:
+    #    released as it is, its shape and labels would tell which groups are empty, which the
+    #    privacy guarantee does not cover. So reindex it to the public lists (fill_value=0),
+    #    register the dataset with those cells, and name the rows (row_names=True sends the
+    #    index) only because the index is now the public list of age bands.
+    age_bands = ["0-17", "18-64", "65+"]
     rng = np.random.default_rng(2026)
     records = pd.DataFrame(
         {
-            "age_band": rng.choice(["0-17", "18-64", "65+"], size=300, p=[0.2, 0.5, 0.3]),
+            "age_band": rng.choice(age_bands, size=300, p=[0.2, 0.5, 0.3]),
             "diagnosis": rng.choice(diagnoses, size=300),
         }
     )
-    table = pd.crosstab(records["age_band"], records["diagnosis"])
-    by_age = client.create_dataset("visits per diagnosis by age band", epsilon=1.0, order=2)
-    released = client.release(by_age.id, table, epsilon=0.5, label="diagnosis | by age band")
+    table = pd.crosstab(records["age_band"], records["diagnosis"]).reindex(
+        index=age_bands, columns=diagnoses, fill_value=0
+    )
+    by_age = client.create_dataset(
+        "visits per diagnosis by age band", epsilon=1.0, order=2, cells=diagnoses
+    )
+    released = client.release(
+        by_age.id, table, epsilon=0.5, row_names=True, label="diagnosis | by age band"
+    )
     print(released.distributions)  # a DataFrame: age bands × diagnoses
     print("charged", released.cost.epsilon, "in", client.budget(by_age.id).releases, "release")
+
+    # 8. Share a budget within a team: the admin gives an analyst an allocation (RDP at the
+    #    dataset's order), and the analyst's releases must fit both it and the dataset's
+    #    budget (which still binds when allocations add up to more). A refusal by the
+    #    allocation is AllocationExhausted, a kind of BudgetExhausted.
+    member = client.create_token([by_age.id])
+    print(client.set_allocation(by_age.id, member.id, 0.3))
+    with Client(client.base_url, member.token) as analyst:
+        children = table.loc["0-17"]  # a Series over the diagnoses
+        try:
+            analyst.release(by_age.id, children, epsilon=0.4)
+        except AllocationExhausted as refused:
+            print(f"refused ({refused.status} {refused.slug}): {refused.remaining:.4f} of it left")
+        else:
+            raise SystemExit("a release of 0.4 should not fit an allocation of 0.3")
+        print("analyst charged", analyst.release(by_age.id, children, epsilon=0.25).cost.epsilon)
+        print(analyst.budget(by_age.id).allocation)  # the analyst's own allocation
+    for change in client.allocations(by_age.id).changes:
+        print("allocation change:", change)

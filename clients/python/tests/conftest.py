@@ -132,13 +132,15 @@ class Seen:
     path: str
     idempotency_key: str
     action: str
+    body: bytes = b""
 
 
 class FaultProxy:
     """A TCP proxy in front of the service that can fail chosen requests.
 
-    `plan` maps a request kind (``"release"``: POST …/releases; ``"create_dataset"``) to the
-    actions for its next requests, consumed in order; a request with no action left is forwarded.
+    `plan` maps a request kind (``"release"``: POST …/releases; ``"preview"``;
+    ``"create_dataset"``; ``"budget"``) to the actions for its next requests, consumed in order;
+    a request with no action left is forwarded; every request is kept in `seen`, with its body.
     Actions: ``"drop"`` forwards the request, reads the whole answer (so whatever the service
     did is done) and closes the client's connection without a byte; ``"503"`` answers 503
     ``service-unavailable`` with ``Retry-After`` without forwarding; ``"504"`` forwards, then
@@ -202,7 +204,9 @@ class FaultProxy:
                 with self._lock:
                     actions = self.plan.get(kind, [])
                     action = actions.pop(0) if actions else "forward"
-                    self.seen.append(Seen(method, path, headers.get("idempotency-key", ""), action))
+                    self.seen.append(
+                        Seen(method, path, headers.get("idempotency-key", ""), action, body)
+                    )
                 if action == "503":
                     conn.sendall(
                         _problem(503, "service-unavailable", {"Retry-After": self.retry_after})
@@ -254,6 +258,8 @@ def _kind(method: str, path: str) -> str:
     path = path.split("?", 1)[0]
     if method == "POST" and path.endswith("/releases"):
         return "release"
+    if method == "POST" and path.endswith("/releases/preview"):
+        return "preview"
     if method == "POST" and path == "/v1/datasets":
         return "create_dataset"
     if method == "GET" and path.endswith("/budget"):

@@ -59,4 +59,32 @@ def test_every_async_method(server: Server) -> None:
                 await client.release(dataset.id, COUNTS, epsilon=0.8)
             assert caught.value.remaining == budget.remaining
 
+            # Allocations and named cells, as on the blocking client.
+            cells = ["flu", "asthma", "measles", "scurvy", "sprain", "other"]
+            shared = await client.create_dataset("async teams", epsilon=1.0, order=2, cells=cells)
+            assert shared.cells == cells
+            member = await client.create_token([shared.id])
+            allocation = await client.set_allocation(shared.id, member.id, 0.25)
+            assert allocation == dr.Allocation(member.id, 0.25, 0.0, 0.25)
+            async with AsyncClient(server.base, member.token) as analyst:
+                shuffled = pd.Series(COUNTS, index=cells).iloc[::-1]
+                preview = await analyst.preview(shared.id, shuffled, epsilon=0.125)
+                assert preview.allocation_after == dr.Allocation(member.id, 0.25, 0.125, 0.125)
+                named = await analyst.release(shared.id, shuffled, epsilon=0.125)
+                assert isinstance(named.distribution, pd.Series)
+                assert list(named.distribution.index) == cells
+                with pytest.raises(dr.AllocationExhausted) as refused:
+                    await analyst.release(shared.id, COUNTS, epsilon=0.25)
+                assert refused.value.remaining == 0.125
+                assert (await analyst.budget(shared.id)).allocation == refused.value.allocation
+                table = pd.DataFrame([COUNTS, COUNTS], index=["a", "b"], columns=cells)
+                rows = await analyst.release(shared.id, table, epsilon=0.125, row_names=True)
+                assert rows.row_names == ["a", "b"]
+            listed = await client.allocations(shared.id)
+            assert [c.new_epsilon for c in listed.changes] == [0.25]
+            await client.remove_allocation(shared.id, member.id)
+            with pytest.raises(dr.NotFound):
+                await client.remove_allocation(shared.id, member.id)
+            assert (await client.allocations(shared.id)).allocations == []
+
     asyncio.run(scenario())

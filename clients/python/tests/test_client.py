@@ -141,7 +141,15 @@ def test_pandas_crosstab_round_trip(client: Client, server: Server) -> None:
             ],
         }
     )
-    table = pd.crosstab(records["age"], records["dx"])
+    # A crosstab lists only the values that occur: reindexed to the public lists, so that the
+    # table's shape and labels say nothing about which groups are empty ("measles" is).
+    crosstab = pd.crosstab(records["age"], records["dx"])
+    table = crosstab.reindex(
+        index=["0-17", "18-64", "65+"],
+        columns=["asthma", "flu", "measles", "other", "sprain"],
+        fill_value=0,
+    )
+    assert table.shape == (3, 5) and table["measles"].sum() == 0
     dataset = client.create_dataset("visits by age", epsilon=1.0, order=2).id
     preview = client.preview(dataset, table, epsilon=0.5)
     assert isinstance(preview.forecasts, pd.Series)

@@ -42,6 +42,11 @@ def test_the_readme_python_section_runs(server: Server, tmp_path: Path) -> None:
     assert "refused (409 budget-exhausted)" in out
     assert "age_band" in out and "diagnosis" in out  # the DataFrame's labels came back
     assert "in 1 release" in out
+    # Step 8: the analyst's 0.4 is refused by the allocation of 0.3, and 0.25 of it is spent.
+    assert "refused (409 allocation-exhausted): 0.3000 of it left" in out
+    assert "analyst charged 0.25" in out
+    assert re.search(r"Allocation\(token_id='\w+', epsilon=0\.29999\d*, spent=0\.25,", out), out
+    assert "allocation change:" in out
 
 
 def non_private_rows(printed: str) -> list[str]:

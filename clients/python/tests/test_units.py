@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Dict
 
 import httpx
 import numpy as np
@@ -13,7 +15,7 @@ import pytest
 
 import dirichlet_release as dr
 from dirichlet_release._base import problem_error
-from dirichlet_release._counts import prepare_counts
+from dirichlet_release._counts import prepare_counts, prepare_row_names
 from dirichlet_release._exceptions import problem_class
 from dirichlet_release._models import parse_time
 
@@ -117,3 +119,134 @@ def test_every_public_name_has_a_docstring() -> None:
                 if (callable(value) or isinstance(value, property)) and not value.__doc__:
                     missing.append(f"{name}.{member}")
     assert missing == []
+
+
+CELLS = ["flu", "asthma", "measles", "scurvy"]
+
+
+def test_pandas_input_is_aligned_to_the_cells_by_name() -> None:
+    series = pd.Series([3, 1, 4, 1], index=pd.Index(["scurvy", "flu", "measles", "asthma"]))
+    member, value, shape = prepare_counts(series, CELLS)
+    assert (member, value, list(shape.index)) == ("counts", [1, 1, 4, 3], CELLS)
+    # Without cells (the dataset has none) the input's order is sent as it is.
+    assert prepare_counts(series)[1] == [3, 1, 4, 1]
+    frame = pd.DataFrame(
+        [[1, 2, 3, 4], [5, 6, 7, 8]],
+        index=pd.Index(["x", "y"], name="group"),
+        columns=pd.Index(["asthma", "scurvy", "flu", "measles"], name="dx"),
+    )
+    member, value, shape = prepare_counts(frame, CELLS)
+    assert (member, value) == ("table", [[3, 1, 4, 2], [7, 5, 8, 6]])
+    assert list(shape.columns) == CELLS and shape.columns.name == "dx"
+    assert list(shape.index) == ["x", "y"]
+    # Lists and arrays are positional: there are no names to align.
+    assert prepare_counts([3, 1, 4, 1], CELLS)[1] == [3, 1, 4, 1]
+
+
+@pytest.mark.parametrize(
+    ("labels", "missing", "extra"),
+    [
+        (["flu", "asthma", "measles"], ["scurvy"], []),
+        (["flu", "asthma", "measles", "scurvy", "other"], [], ["other"]),
+        (["flu", "asthma", "measles", "Scurvy"], ["scurvy"], ["Scurvy"]),
+    ],
+)
+def test_a_mismatch_keeps_the_names_out_of_the_message(
+    labels: list[str], missing: list[str], extra: list[str]
+) -> None:
+    counts = pd.Series([1234567] * len(labels), index=labels)
+    with pytest.raises(dr.CellsMismatch) as caught:
+        prepare_counts(counts, CELLS)
+    assert (caught.value.missing, caught.value.extra) == (missing, extra)
+    message = str(caught.value)
+    assert not any(name in message for name in missing + extra)
+    assert "1234567" not in message
+    assert ("cells are missing" in message) == bool(missing)
+    assert ("not among" in message) == bool(extra)
+    with pytest.raises(dr.CellsMismatch):
+        prepare_counts(pd.DataFrame([counts.tolist()], columns=labels), CELLS)
+
+
+def test_labels_that_cannot_be_aligned() -> None:
+    with pytest.raises(ValueError, match="repeats"):
+        prepare_counts(pd.Series([1, 2, 3, 4], index=["flu", "flu", "measles", "scurvy"]), CELLS)
+    with pytest.raises(TypeError, match="strings"):
+        prepare_counts(pd.Series([1, 2, 3, 4]), CELLS)
+    with pytest.raises(TypeError, match="strings"):
+        prepare_counts(pd.DataFrame([[1, 2, 3, 4]]), CELLS)
+
+
+def test_row_names_are_sent_only_when_asked() -> None:
+    frame = pd.DataFrame([[1, 2], [3, 4]], index=pd.Index(["0-17", "18+"], name="age"))
+    assert prepare_row_names(None, frame) is None
+    assert prepare_row_names(False, frame) is None
+    assert prepare_row_names(True, frame) == ["0-17", "18+"]
+    assert prepare_row_names(["a", "b"], [[1, 2], [3, 4]]) == ["a", "b"]
+    assert prepare_row_names(pd.Index(["a", "b"]), frame) == ["a", "b"]
+    with pytest.raises(TypeError, match="DataFrame"):
+        prepare_row_names(True, [[1, 2], [3, 4]])
+    with pytest.raises(TypeError, match="strings"):
+        prepare_row_names(True, pd.DataFrame([[1, 2], [3, 4]]))  # a RangeIndex
+    with pytest.raises(TypeError, match="one string"):
+        prepare_row_names("ab", frame)
+
+
+def test_allocations_parse_with_their_times() -> None:
+    doc: Dict[str, Any] = {
+        "order": 2.0,
+        "allocations": [{"token_id": "t1", "epsilon": 0.5, "spent": 0.125, "remaining": 0.375}],
+        "changes": [
+            {
+                "token_id": "t1",
+                "changed_at": "2026-11-25T06:59:20.123456789Z",
+                "changed_by": "admin",
+                "old_epsilon": None,
+                "new_epsilon": 0.5,
+            },
+            {
+                "token_id": "t2",
+                "changed_at": "2026-11-25T07:00:00Z",
+                "changed_by": "admin",
+                "old_epsilon": 0.25,
+                "new_epsilon": None,
+            },
+        ],
+    }
+    listed = dr.Allocations.from_json(doc)
+    assert listed.order == 2.0
+    assert listed.allocations == [dr.Allocation("t1", 0.5, 0.125, 0.375)]
+    set_, removed = listed.changes
+    assert (set_.old_epsilon, set_.new_epsilon, removed.old_epsilon, removed.new_epsilon) == (
+        None,
+        0.5,
+        0.25,
+        None,
+    )
+    assert set_.changed_at == datetime(2026, 11, 25, 6, 59, 20, 123456, tzinfo=timezone.utc)
+    assert removed.changed_at.tzinfo is not None and removed.changed_by == "admin"
+    with pytest.raises(dr.BadResponse):
+        dr.Allocations.from_json({"order": 2.0, "allocations": [{"token_id": "t1"}], "changes": []})
+    budget = dr.Budget.from_json(
+        {"order": 2, "total": 1, "spent": 0.125, "remaining": 0.875, "releases": 1}
+        | {"allocation": doc["allocations"][0]}
+    )
+    assert budget.allocation == listed.allocations[0]
+
+
+def test_allocation_exhausted_from_its_problem_document() -> None:
+    body = {
+        "type": "/problems/allocation-exhausted",
+        "title": "Allocation exhausted",
+        "status": 409,
+        "detail": "the release would exceed this token's allocation on the dataset",
+        "allocation": {"token_id": "t1", "epsilon": 0.5, "spent": 0.5, "remaining": 0.0},
+        "budget": {"order": 2, "total": 1, "spent": 0.5, "remaining": 0.5, "releases": 1},
+    }
+    response = httpx.Response(409, json=body, headers={"content-type": "application/problem+json"})
+    error = problem_error(response, "key-1")
+    assert type(error) is dr.AllocationExhausted and isinstance(error, dr.BudgetExhausted)
+    assert problem_class(409, "/problems/allocation-exhausted") is dr.AllocationExhausted
+    assert error.allocation == dr.Allocation("t1", 0.5, 0.5, 0.0)
+    assert error.remaining == 0.0  # the allocation's, not the dataset's 0.5
+    assert error.budget is not None and error.budget.remaining == 0.5
+    assert error.idempotency_key == "key-1"

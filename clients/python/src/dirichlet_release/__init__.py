@@ -8,12 +8,14 @@ or pandas objects, and come back with their labels.
 
 from ._client import AsyncClient, Client
 from ._exceptions import (
+    AllocationExhausted,
     APIConnectionError,
     APITimeoutError,
     BadResponse,
     BeyondPrecision,
     BudgetExhausted,
     CalibrationInfeasible,
+    CellsMismatch,
     CommitOutcomeUnknown,
     Conflict,
     CostExceedsEpsilon,
@@ -31,6 +33,9 @@ from ._exceptions import (
     Unauthorized,
 )
 from ._models import (
+    Allocation,
+    AllocationChange,
+    Allocations,
     Budget,
     BudgetSpec,
     Cost,
@@ -49,6 +54,10 @@ from ._version import __version__
 __all__ = [
     "APIConnectionError",
     "APITimeoutError",
+    "Allocation",
+    "AllocationChange",
+    "AllocationExhausted",
+    "Allocations",
     "AsyncClient",
     "BadResponse",
     "BeyondPrecision",
@@ -56,6 +65,7 @@ __all__ = [
     "BudgetExhausted",
     "BudgetSpec",
     "CalibrationInfeasible",
+    "CellsMismatch",
     "Client",
     "CommitOutcomeUnknown",
     "Conflict",

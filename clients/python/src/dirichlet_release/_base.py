@@ -6,6 +6,7 @@ how its answer is read); `Client` and `AsyncClient` only send it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -19,7 +20,9 @@ import httpx
 
 from ._counts import (
     Shape,
+    has_labels,
     prepare_counts,
+    prepare_row_names,
     shape_distribution,
     shape_distributions,
     shape_forecasts,
@@ -33,7 +36,18 @@ from ._exceptions import (
     parse_retry_after,
     problem_class,
 )
-from ._models import Budget, Dataset, Preview, Release, Sensitivity, Token, TokenInfo, WhoAmI
+from ._models import (
+    Allocation,
+    Allocations,
+    Budget,
+    Dataset,
+    Preview,
+    Release,
+    Sensitivity,
+    Token,
+    TokenInfo,
+    WhoAmI,
+)
 from ._version import __version__
 
 log = logging.getLogger("dirichlet_release")
@@ -90,6 +104,16 @@ def _object(response: httpx.Response) -> Dict[str, Any]:
 
 def _segment(value: str) -> str:
     return quote(str(value), safe="")
+
+
+def _cell_names(cells: Any) -> List[str]:
+    """A dataset's `cells` for the request: a list (or a pandas Index) of strings."""
+    if isinstance(cells, (str, bytes)):
+        raise TypeError("cells must be a list of names, not one string")
+    names = list(cells)
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError("cells must be names (strings)")
+    return names
 
 
 def _problem_type(response: httpx.Response) -> Optional[str]:
@@ -167,6 +191,9 @@ class BaseClient:
             "Accept": "application/json, application/problem+json",
             "User-Agent": f"dirichlet-release-python/{__version__}",
         }
+        # Each dataset's cell names (None: it has none), by id. A dataset's cells are fixed at
+        # registration, so what was read once stays true.
+        self._cells: Dict[str, Optional[List[str]]] = {}
 
     @staticmethod
     def _env() -> tuple[str, str]:
@@ -249,6 +276,23 @@ class BaseClient:
             )
         return cls(message, idempotency_key=call.idempotency_key)
 
+    # ------------------------------------------------------------------ the dataset's cells
+
+    def _remember(self, dataset: Dataset) -> Dataset:
+        self._cells[dataset.id] = dataset.cells
+        return dataset
+
+    def _read_dataset(self, response: httpx.Response) -> Dataset:
+        return self._remember(Dataset.from_json(_object(response)))
+
+    def _needs_cells(self, dataset_id: str, counts: Any) -> bool:
+        """True when `counts` is aligned by name and the dataset's cells are not known yet."""
+        return has_labels(counts) and str(dataset_id) not in self._cells
+
+    def _known_cells(self, dataset_id: str, counts: Any) -> Optional[List[str]]:
+        """The cells to align `counts` to: the dataset's, for pandas input; None otherwise."""
+        return self._cells.get(str(dataset_id)) if has_labels(counts) else None
+
     # ------------------------------------------------------------------ the calls
 
     def _create_dataset(
@@ -260,6 +304,7 @@ class BaseClient:
         delta: Optional[float],
         neighbouring: Optional[str],
         sensitivity: Union[Sensitivity, Mapping[str, float], None],
+        cells: Optional[Any],
     ) -> Call[Dataset]:
         budget: Dict[str, Any] = {"epsilon": epsilon}
         if order is not None:
@@ -273,24 +318,30 @@ class BaseClient:
             body["sensitivity"] = (
                 sensitivity.to_json() if isinstance(sensitivity, Sensitivity) else dict(sensitivity)
             )
+        if cells is not None:
+            body["cells"] = _cell_names(cells)
         return Call(
             "POST",
             "/v1/datasets",
-            lambda r: Dataset.from_json(_object(r)),
+            self._read_dataset,
             body=_encode(body),
             resend=False,
         )
 
     def _get_dataset(self, dataset_id: str) -> Call[Dataset]:
-        return Call(
-            "GET", f"/v1/datasets/{_segment(dataset_id)}", lambda r: Dataset.from_json(_object(r))
-        )
+        def parse(response: httpx.Response) -> Dataset:
+            dataset = self._read_dataset(response)
+            # Also under the id as the caller spelt it, which a later release will use.
+            self._cells[str(dataset_id)] = dataset.cells
+            return dataset
+
+        return Call("GET", f"/v1/datasets/{_segment(dataset_id)}", parse)
 
     def _list_datasets(self) -> Call[List[Dataset]]:
         return Call(
             "GET",
             "/v1/datasets",
-            lambda r: [Dataset.from_json(d) for d in _object(r).get("items", [])],
+            lambda r: [self._remember(Dataset.from_json(d)) for d in _object(r).get("items", [])],
         )
 
     def _budget(self, dataset_id: str) -> Call[Budget]:
@@ -300,20 +351,25 @@ class BaseClient:
             lambda r: Budget.from_json(_object(r)),
         )
 
-    @staticmethod
     def _release_body(
+        self,
+        dataset_id: str,
         counts: Any,
         epsilon: Optional[float],
         mechanism: str,
         label: Optional[str],
+        row_names: Any,
         params: Mapping[str, Any],
     ) -> tuple[Dict[str, Any], Shape]:
-        member, value, shape = prepare_counts(counts)
+        member, value, shape = prepare_counts(counts, self._known_cells(dataset_id, counts))
+        names = prepare_row_names(row_names, counts)
         body: Dict[str, Any] = {member: value, "mechanism": mechanism}
         if epsilon is not None:
             body["epsilon"] = epsilon
         if label is not None:
             body["label"] = label
+        if names is not None:
+            body["row_names"] = names
         for name, param in params.items():
             if param is not None:
                 body[name] = to_jsonable(param, name)
@@ -326,9 +382,12 @@ class BaseClient:
         epsilon: Optional[float],
         mechanism: str,
         label: Optional[str],
+        row_names: Any,
         params: Mapping[str, Any],
     ) -> Call[Preview]:
-        body, shape = self._release_body(counts, epsilon, mechanism, label, params)
+        body, shape = self._release_body(
+            dataset_id, counts, epsilon, mechanism, label, row_names, params
+        )
 
         def parse(response: httpx.Response) -> Preview:
             doc = _object(response)
@@ -350,26 +409,32 @@ class BaseClient:
         epsilon: Optional[float],
         mechanism: str,
         label: Optional[str],
+        row_names: Any,
         idempotency_key: Optional[str],
         params: Mapping[str, Any],
     ) -> Call[Release]:
-        body, shape = self._release_body(counts, epsilon, mechanism, label, params)
+        body, shape = self._release_body(
+            dataset_id, counts, epsilon, mechanism, label, row_names, params
+        )
         key = idempotency_key if idempotency_key is not None else str(uuid.uuid4())
 
         def parse(response: httpx.Response) -> Release:
             doc = _object(response)
-            distribution = distributions = None
-            if isinstance(doc.get("distribution"), list):
-                distribution = shape_distribution([float(p) for p in doc["distribution"]], shape)
-            if isinstance(doc.get("distributions"), list):
-                rows = [[float(p) for p in row] for row in doc["distributions"]]
-                distributions = shape_distributions(rows, shape)
-            return Release.from_json(
+            release = Release.from_json(
                 doc,
                 replayed=response.headers.get("idempotent-replayed", "").lower() == "true",
                 idempotency_key=key,
-                distribution=distribution,
-                distributions=distributions,
+            )
+            # Labelled as the dataset and the release name them, else as the input was.
+            distribution = distributions = None
+            if isinstance(release.distribution, list):
+                distribution = shape_distribution(release.distribution, shape, release.cells)
+            if isinstance(release.distributions, list):
+                distributions = shape_distributions(
+                    release.distributions, shape, release.cells, release.row_names
+                )
+            return dataclasses.replace(
+                release, distribution=distribution, distributions=distributions
             )
 
         return Call(
@@ -390,7 +455,10 @@ class BaseClient:
 
         def parse(response: httpx.Response) -> tuple[List[Release], Optional[int]]:
             doc = _object(response)
-            items = [Release.from_json(item) for item in doc.get("items", [])]
+            # A page names the dataset's cells once, for all its releases.
+            cells = doc.get("cells")
+            names = [str(c) for c in cells] if isinstance(cells, list) else None
+            items = [Release.from_json(item, cells=names) for item in doc.get("items", [])]
             next_before = doc.get("next_before")
             return items, int(next_before) if next_before is not None else None
 
@@ -428,6 +496,33 @@ class BaseClient:
 
     def _revoke_token(self, token_id: str) -> Call[None]:
         return Call("DELETE", f"/v1/tokens/{_segment(token_id)}", lambda r: None)
+
+    def _set_allocation(self, dataset_id: str, token_id: str, epsilon: float) -> Call[Allocation]:
+        # Setting the same allocation twice leaves it as setting it once (the audit trail then
+        # shows both), so a lost answer is resent.
+        return Call(
+            "PUT",
+            f"/v1/datasets/{_segment(dataset_id)}/allocations/{_segment(token_id)}",
+            lambda r: Allocation.from_json(_object(r)),
+            body=_encode({"epsilon": epsilon}),
+        )
+
+    def _remove_allocation(self, dataset_id: str, token_id: str) -> Call[None]:
+        # Not resent after a lost answer: a second removal is 404, which would hide that the
+        # first one worked.
+        return Call(
+            "DELETE",
+            f"/v1/datasets/{_segment(dataset_id)}/allocations/{_segment(token_id)}",
+            lambda r: None,
+            resend=False,
+        )
+
+    def _allocations(self, dataset_id: str) -> Call[Allocations]:
+        return Call(
+            "GET",
+            f"/v1/datasets/{_segment(dataset_id)}/allocations",
+            lambda r: Allocations.from_json(_object(r)),
+        )
 
     def _whoami(self) -> Call[WhoAmI]:
         return Call("GET", "/v1/whoami", lambda r: WhoAmI.from_json(_object(r)))

@@ -8,6 +8,7 @@ from types import TracebackType
 from typing import (
     Any,
     AsyncIterator,
+    Iterable,
     Iterator,
     List,
     Mapping,
@@ -30,7 +31,18 @@ from ._base import (
     Call,
     problem_error,
 )
-from ._models import Budget, Dataset, Preview, Release, Sensitivity, Token, TokenInfo, WhoAmI
+from ._models import (
+    Allocation,
+    Allocations,
+    Budget,
+    Dataset,
+    Preview,
+    Release,
+    Sensitivity,
+    Token,
+    TokenInfo,
+    WhoAmI,
+)
 
 __all__ = ["AsyncClient", "Client"]
 
@@ -141,6 +153,7 @@ class Client(BaseClient):
         delta: Optional[float] = None,
         neighbouring: Optional[str] = None,
         sensitivity: Union[Sensitivity, Mapping[str, float], None] = None,
+        cells: Optional[Iterable[str]] = None,
     ) -> Dataset:
         """Register a dataset and its privacy budget (admin only).
 
@@ -149,6 +162,12 @@ class Client(BaseClient):
         (chosen by the service when None). `neighbouring` is ``"replace_one"`` (the default)
         or ``"add_remove_one"``; `sensitivity` (``{"l2_squared": …, "linf": …}``) sets custom
         sensitivities instead.
+
+        `cells` (a list of at least 2 distinct strings, or a pandas Index) names the cells,
+        publicly: every release must then have that many cells, a pandas input is aligned to
+        them by name, and outputs come back labelled with them. They must be a public list
+        fixed in advance (every diagnosis code, every age band), never the values that happen
+        to occur in the data.
         """
         return self._run(
             self._create_dataset(
@@ -158,6 +177,7 @@ class Client(BaseClient):
                 delta=delta,
                 neighbouring=neighbouring,
                 sensitivity=sensitivity,
+                cells=cells,
             )
         )
 
@@ -181,13 +201,18 @@ class Client(BaseClient):
         epsilon: Optional[float] = None,
         mechanism: str = "dirichlet",
         label: Optional[str] = None,
+        row_names: Union[bool, Iterable[str], None] = None,
         **params: Any,
     ) -> Preview:
         """Price a release and forecast its utility; nothing is drawn and nothing is spent.
 
-        Takes the same arguments as `release` (without the key).
+        Takes the same arguments as `release` (without the key). For an analyst with an
+        allocation, `admissible` needs room in both, and `allocation_after` shows it.
         """
-        return self._run(self._preview(dataset_id, counts, epsilon, mechanism, label, params))
+        self._load_cells(dataset_id, counts)
+        return self._run(
+            self._preview(dataset_id, counts, epsilon, mechanism, label, row_names, params)
+        )
 
     def release(
         self,
@@ -197,6 +222,7 @@ class Client(BaseClient):
         epsilon: Optional[float] = None,
         mechanism: str = "dirichlet",
         label: Optional[str] = None,
+        row_names: Union[bool, Iterable[str], None] = None,
         idempotency_key: Optional[str] = None,
         **params: Any,
     ) -> Release:
@@ -207,11 +233,19 @@ class Client(BaseClient):
             counts: a list of counts, a 1-D numpy array or a `pandas.Series` (one vector; the
                 Series' index names the cells), or a list of lists, a 2-D array or a
                 `pandas.DataFrame` (a table: one row per disjoint group of records, one column
-                per cell, released for one charge).
+                per cell, released for one charge). When the dataset has `cells`, a Series'
+                index or a DataFrame's columns are aligned to them by name (sent in the
+                dataset's order; a missing or extra name raises `CellsMismatch` before anything
+                is sent), and the output is labelled with them.
             epsilon: the privacy cost to calibrate to (a cap for fully specified mechanisms).
             mechanism: ``dirichlet``, ``posterior``, ``diffuse``, ``explicit``, ``gaussian``,
                 ``laplace`` or ``exponential``.
             label: free text stored with the release.
+            row_names: public names of a table's rows, stored with the release; sent only when
+                given: a list, or True to send the DataFrame's index. Only ever name rows from
+                a public list: a `pandas.crosstab` lists only the groups that occur in the
+                data, so reindex it to the public list of groups (``fill_value=0``) first.
+                A DataFrame output is indexed by the release's row names.
             idempotency_key: the retry handle; a fresh UUID when None. Every retry of this call
                 sends the same key and the same body, so the service charges at most once and a
                 retried call returns the stored release (``replayed`` is then True).
@@ -220,15 +254,26 @@ class Client(BaseClient):
                 accepted.
 
         Raises:
-            BudgetExhausted: the release would overspend (nothing charged).
+            BudgetExhausted: the release would overspend the dataset's budget, or (as its
+                subclass `AllocationExhausted`) the calling analyst's allocation; nothing
+                charged.
+            CellsMismatch: a pandas input's labels are not the dataset's cells (nothing sent).
             InvalidRequest: the request cannot be carried out (see its subclasses).
             APIConnectionError: no answer after every retry; the outcome is unknown, retry with
                 the same key (kept on the exception).
 
         """
+        self._load_cells(dataset_id, counts)
         return self._run(
-            self._release(dataset_id, counts, epsilon, mechanism, label, idempotency_key, params)
+            self._release(
+                dataset_id, counts, epsilon, mechanism, label, row_names, idempotency_key, params
+            )
         )
+
+    def _load_cells(self, dataset_id: str, counts: Any) -> None:
+        # A pandas input is aligned to the dataset's cells: read them once per dataset.
+        if self._needs_cells(dataset_id, counts):
+            self.get_dataset(dataset_id)
 
     def releases(self, dataset_id: str, *, page_size: int = DEFAULT_PAGE_SIZE) -> Iterator[Release]:
         """Every stored release of the dataset, newest first, fetching page after page."""
@@ -258,6 +303,32 @@ class Client(BaseClient):
     def revoke_token(self, token_id: str) -> None:
         """Revoke an analyst token by its public id (admin only); revoking twice is a no-op."""
         self._run(self._revoke_token(token_id))
+
+    def set_allocation(self, dataset_id: str, token_id: str, epsilon: float) -> Allocation:
+        """Give an analyst token an allocation of the dataset's budget (admin only).
+
+        `epsilon` is RDP at the dataset's order (rounded down to the ledger grid); 0 blocks
+        the token's releases. The token's releases on the dataset must then fit both the
+        allocation and the dataset's budget (`AllocationExhausted` otherwise). Allocations may
+        add up to more than the dataset's budget, which still binds. What the token spent
+        before counts against it; setting it below that blocks the token and loses nothing.
+        Setting it again replaces it. `NotFound` when the token may not use the dataset.
+        """
+        return self._run(self._set_allocation(dataset_id, token_id, epsilon))
+
+    def remove_allocation(self, dataset_id: str, token_id: str) -> None:
+        """Remove an analyst token's allocation (admin only): it draws on the dataset as before.
+
+        `NotFound` when the token has no allocation on the dataset.
+        """
+        self._run(self._remove_allocation(dataset_id, token_id))
+
+    def allocations(self, dataset_id: str) -> Allocations:
+        """The dataset's allocations with spent and remaining, and the audit trail of changes.
+
+        The admin sees every allocation; an analyst token only its own.
+        """
+        return self._run(self._allocations(dataset_id))
 
     def whoami(self) -> WhoAmI:
         """The presented token's role (and an analyst token's id and datasets)."""
@@ -351,6 +422,7 @@ class AsyncClient(BaseClient):
         delta: Optional[float] = None,
         neighbouring: Optional[str] = None,
         sensitivity: Union[Sensitivity, Mapping[str, float], None] = None,
+        cells: Optional[Iterable[str]] = None,
     ) -> Dataset:
         """Register a dataset and its privacy budget (admin only); see `Client.create_dataset`."""
         return await self._run(
@@ -361,6 +433,7 @@ class AsyncClient(BaseClient):
                 delta=delta,
                 neighbouring=neighbouring,
                 sensitivity=sensitivity,
+                cells=cells,
             )
         )
 
@@ -384,10 +457,14 @@ class AsyncClient(BaseClient):
         epsilon: Optional[float] = None,
         mechanism: str = "dirichlet",
         label: Optional[str] = None,
+        row_names: Union[bool, Iterable[str], None] = None,
         **params: Any,
     ) -> Preview:
         """Price a release and forecast it, nothing spent; see `Client.preview`."""
-        return await self._run(self._preview(dataset_id, counts, epsilon, mechanism, label, params))
+        await self._load_cells(dataset_id, counts)
+        return await self._run(
+            self._preview(dataset_id, counts, epsilon, mechanism, label, row_names, params)
+        )
 
     async def release(
         self,
@@ -397,13 +474,22 @@ class AsyncClient(BaseClient):
         epsilon: Optional[float] = None,
         mechanism: str = "dirichlet",
         label: Optional[str] = None,
+        row_names: Union[bool, Iterable[str], None] = None,
         idempotency_key: Optional[str] = None,
         **params: Any,
     ) -> Release:
         """Calibrate, charge and draw one private release; see `Client.release`."""
+        await self._load_cells(dataset_id, counts)
         return await self._run(
-            self._release(dataset_id, counts, epsilon, mechanism, label, idempotency_key, params)
+            self._release(
+                dataset_id, counts, epsilon, mechanism, label, row_names, idempotency_key, params
+            )
         )
+
+    async def _load_cells(self, dataset_id: str, counts: Any) -> None:
+        # A pandas input is aligned to the dataset's cells: read them once per dataset.
+        if self._needs_cells(dataset_id, counts):
+            await self.get_dataset(dataset_id)
 
     async def releases(
         self, dataset_id: str, *, page_size: int = DEFAULT_PAGE_SIZE
@@ -434,6 +520,18 @@ class AsyncClient(BaseClient):
     async def revoke_token(self, token_id: str) -> None:
         """Revoke an analyst token by its public id (admin only)."""
         await self._run(self._revoke_token(token_id))
+
+    async def set_allocation(self, dataset_id: str, token_id: str, epsilon: float) -> Allocation:
+        """Give an analyst token an allocation (admin only); see `Client.set_allocation`."""
+        return await self._run(self._set_allocation(dataset_id, token_id, epsilon))
+
+    async def remove_allocation(self, dataset_id: str, token_id: str) -> None:
+        """Remove an analyst token's allocation (admin only); `NotFound` when it has none."""
+        await self._run(self._remove_allocation(dataset_id, token_id))
+
+    async def allocations(self, dataset_id: str) -> Allocations:
+        """The dataset's allocations and their audit trail; see `Client.allocations`."""
+        return await self._run(self._allocations(dataset_id))
 
     async def whoami(self) -> WhoAmI:
         """The presented token's role (and an analyst token's id and datasets)."""

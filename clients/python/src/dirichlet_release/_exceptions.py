@@ -7,18 +7,20 @@ this version does not know). A request that never got an HTTP answer is an `APIC
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Type
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type
 
 if TYPE_CHECKING:
-    from ._models import Budget
+    from ._models import Allocation, Budget
 
 __all__ = [
     "APIConnectionError",
     "APITimeoutError",
+    "AllocationExhausted",
     "BadResponse",
     "BeyondPrecision",
     "BudgetExhausted",
     "CalibrationInfeasible",
+    "CellsMismatch",
     "CommitOutcomeUnknown",
     "Conflict",
     "CostExceedsEpsilon",
@@ -39,6 +41,34 @@ __all__ = [
 
 class DirichletError(Exception):
     """Base class of every exception this package raises."""
+
+
+class CellsMismatch(DirichletError, ValueError):
+    """A pandas input's labels are not the dataset's cells; raised before anything is sent.
+
+    The dataset was registered with `cells`, so a `pandas.Series` (its index) or a
+    `pandas.DataFrame` (its columns) is aligned to them by name. Every cell must be there
+    once, and nothing else: a cell with no records must be present with 0, which is what
+    ``counts.reindex(dataset.cells, fill_value=0)`` (or ``reindex(columns=…)``) does.
+
+    The names are in `missing` (cells the input lacks) and `extra` (labels that are not
+    cells), not in the message: which names a table built from the data lacks tells which
+    groups are empty, and messages end up in logs.
+    """
+
+    def __init__(self, what: str, missing: List[str], extra: List[str]) -> None:
+        self.missing = missing
+        self.extra = extra
+        problems = []
+        if missing:
+            problems.append("some of the dataset's cells are missing")
+        if extra:
+            problems.append("some labels are not among the dataset's cells")
+        super().__init__(
+            f"{what} must name exactly the dataset's cells: {' and '.join(problems)}; "
+            "nothing was sent (reindex to the dataset's cells with fill_value=0; the names are "
+            "in .missing and .extra)"
+        )
 
 
 class APIConnectionError(DirichletError):
@@ -140,8 +170,8 @@ class NotFound(ProblemError):
 class Conflict(ProblemError):
     """The request conflicts with what the service holds; nothing was charged or drawn.
 
-    Raised as one of its subclasses: `BudgetExhausted`, `OutputQuotaExceeded` (both 409) or
-    `IdempotencyKeyReused` (422).
+    Raised as one of its subclasses: `BudgetExhausted` (and its `AllocationExhausted`),
+    `OutputQuotaExceeded` (all 409) or `IdempotencyKeyReused` (422).
     """
 
 
@@ -149,7 +179,8 @@ class BudgetExhausted(Conflict):
     """409 ``budget-exhausted``: the release would overspend the dataset's budget.
 
     Nothing was charged and nothing was drawn. `budget` is the ledger that refused it and
-    `remaining` its remaining budget at the ledger order.
+    `remaining` its remaining budget at the ledger order. A refusal by an analyst's allocation
+    rather than the dataset's budget is the subclass `AllocationExhausted`.
     """
 
     @property
@@ -165,6 +196,35 @@ class BudgetExhausted(Conflict):
         """The dataset's remaining budget at the ledger order, from the problem body."""
         budget = self.budget
         return budget.remaining if budget is not None else None
+
+
+class AllocationExhausted(BudgetExhausted):
+    """409 ``allocation-exhausted``: the release would overspend the token's allocation.
+
+    The admin gave the calling analyst token an allocation on the dataset (`set_allocation`),
+    and the release fits the dataset's budget but not what is left of that allocation. Nothing
+    was charged and nothing was drawn.
+
+    A subclass of `BudgetExhausted`: code that catches `BudgetExhausted` catches this too, and
+    there `remaining` is what the caller may still spend — here the allocation's remaining,
+    the limit that refused the release. `allocation` is the token's allocation as the refusing
+    commit read it; `budget` is the dataset's ledger at the refusal (`budget.remaining` is the
+    dataset's).
+    """
+
+    @property
+    def allocation(self) -> Optional[Allocation]:
+        """The allocation in the problem's ``allocation`` member (None if the body had none)."""
+        from ._models import Allocation
+
+        raw = self.body.get("allocation")
+        return Allocation.from_json(raw) if isinstance(raw, dict) else None
+
+    @property
+    def remaining(self) -> Optional[float]:
+        """The allocation's remaining amount at the ledger order, from the problem body."""
+        allocation = self.allocation
+        return allocation.remaining if allocation is not None else None
 
 
 class OutputQuotaExceeded(Conflict):
@@ -233,6 +293,7 @@ _BY_TYPE: Dict[str, Type[ProblemError]] = {
     "forbidden": Forbidden,
     "not-found": NotFound,
     "budget-exhausted": BudgetExhausted,
+    "allocation-exhausted": AllocationExhausted,
     "output-quota-exceeded": OutputQuotaExceeded,
     "idempotency-key-reused": IdempotencyKeyReused,
     "service-unavailable": ServiceUnavailable,

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "Allocation",
+    "AllocationChange",
+    "Allocations",
     "Budget",
     "BudgetSpec",
     "Cost",
@@ -78,6 +81,94 @@ def _opt_time(value: Any) -> Optional[datetime]:
     return None if value is None else parse_time(value)
 
 
+def _names(value: Any, what: str) -> Optional[List[str]]:
+    """Public names (a dataset's `cells`, a table's `row_names`) as a list, None when absent."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+        raise BadResponse(f"{what}: expected a list of names")
+    return list(value)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """An analyst token's allocation on a dataset: RDP at the dataset's order.
+
+    A release by the token must fit both `remaining` here and the dataset's remaining budget.
+    `spent` counts everything the token released from the dataset, including what it released
+    before the allocation was set; an allocation lowered below `spent` has `remaining` 0.
+    """
+
+    token_id: str
+    epsilon: float
+    spent: float
+    remaining: float
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Allocation:
+        """Read the service's JSON."""
+        return cls(
+            token_id=str(_get(doc, "token_id", "allocation")),
+            epsilon=_float(_get(doc, "epsilon", "allocation")),
+            spent=_float(_get(doc, "spent", "allocation")),
+            remaining=_float(_get(doc, "remaining", "allocation")),
+        )
+
+
+@dataclass(frozen=True)
+class AllocationChange:
+    """One entry of the allocations' audit trail: who changed whose allocation, when, how.
+
+    `old_epsilon` is None when the token had no allocation before (it was set), `new_epsilon`
+    None when it was removed.
+    """
+
+    token_id: str
+    changed_at: datetime
+    changed_by: str
+    old_epsilon: Optional[float]
+    new_epsilon: Optional[float]
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> AllocationChange:
+        """Read the service's JSON."""
+        return cls(
+            token_id=str(_get(doc, "token_id", "allocation change")),
+            changed_at=parse_time(_get(doc, "changed_at", "allocation change")),
+            changed_by=str(_get(doc, "changed_by", "allocation change")),
+            old_epsilon=_opt_float(_get(doc, "old_epsilon", "allocation change")),
+            new_epsilon=_opt_float(_get(doc, "new_epsilon", "allocation change")),
+        )
+
+
+@dataclass(frozen=True)
+class Allocations:
+    """A dataset's allocations (the admin sees all, an analyst their own) and their history.
+
+    `order` is the dataset's order λ₀, at which every amount is RDP; `changes` is the audit
+    trail of the allocations listed, oldest first.
+    """
+
+    order: float
+    allocations: List[Allocation]
+    changes: List[AllocationChange]
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Allocations:
+        """Read the service's JSON."""
+        return cls(
+            order=_float(_get(doc, "order", "allocations")),
+            allocations=[Allocation.from_json(a) for a in _get(doc, "allocations", "allocations")],
+            changes=[AllocationChange.from_json(c) for c in _get(doc, "changes", "allocations")],
+            raw=dict(doc),
+        )
+
+    def get(self, token_id: str) -> Optional[Allocation]:
+        """The allocation of `token_id`, or None when it has none (or it is not listed)."""
+        return next((a for a in self.allocations if a.token_id == token_id), None)
+
+
 @dataclass(frozen=True)
 class DpView:
     """The (ε, δ) view of a ledger, for datasets registered with an (ε, δ) target."""
@@ -98,7 +189,12 @@ class DpView:
 
 @dataclass(frozen=True)
 class Budget:
-    """A dataset's ledger at one instant, at its order λ₀ (RDP amounts on the 2⁻⁴⁰ grid)."""
+    """A dataset's ledger at one instant, at its order λ₀ (RDP amounts on the 2⁻⁴⁰ grid).
+
+    `allocation` is the calling analyst's own allocation on the dataset, when the admin set one
+    (None for the admin and for an analyst without one): the analyst's releases must fit both
+    it and `remaining`.
+    """
 
     order: float
     total: float
@@ -106,12 +202,14 @@ class Budget:
     remaining: float
     releases: int
     dp: Optional[DpView] = None
+    allocation: Optional[Allocation] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Budget:
         """Read the service's JSON."""
         dp = doc.get("dp")
+        allocation = doc.get("allocation")
         return cls(
             order=_float(_get(doc, "order", "budget")),
             total=_float(_get(doc, "total", "budget")),
@@ -119,6 +217,7 @@ class Budget:
             remaining=_float(_get(doc, "remaining", "budget")),
             releases=int(_get(doc, "releases", "budget")),
             dp=DpView.from_json(dp) if isinstance(dp, dict) else None,
+            allocation=Allocation.from_json(allocation) if isinstance(allocation, dict) else None,
             raw=dict(doc),
         )
 
@@ -169,7 +268,11 @@ class BudgetSpec:
 
 @dataclass(frozen=True)
 class Dataset:
-    """A registered dataset: its name, neighbouring relation, budget and what it has spent."""
+    """A registered dataset: its name, neighbouring relation, budget and what it has spent.
+
+    `cells` are the public names of its cells, when it was registered with them (every release
+    then has that many cells, in that order); None otherwise.
+    """
 
     id: str
     name: str
@@ -179,6 +282,7 @@ class Dataset:
     spent: float
     releases: int
     created_at: datetime
+    cells: Optional[List[str]] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -193,6 +297,7 @@ class Dataset:
             spent=_float(_get(doc, "spent", "dataset")),
             releases=int(_get(doc, "releases", "dataset")),
             created_at=parse_time(_get(doc, "created_at", "dataset")),
+            cells=_names(doc.get("cells"), "dataset cells"),
             raw=dict(doc),
         )
 
@@ -249,9 +354,14 @@ class Mechanism:
 class Release:
     """One private release.
 
-    A vector release has `distribution` (a list, or a `pandas.Series` with the input's index
-    when a Series went in); a table release has `distributions` (a list of rows, or a
-    `pandas.DataFrame` with the input's index and columns when a DataFrame went in).
+    A vector release has `distribution` (a list, or a `pandas.Series` when a Series went in); a
+    table release has `distributions` (a list of rows, or a `pandas.DataFrame` when a DataFrame
+    went in). A pandas output is labelled with the dataset's `cells` when it has them (in the
+    dataset's order), else with the input's labels; a DataFrame's rows are labelled with
+    `row_names` when the release has them, else with the input's index.
+
+    `cells` are the dataset's cell names (None when it has none); `row_names` the table's row
+    names, when the release was made with them.
 
     `budget` is the dataset's ledger right after the charge (for a replay: at the time of the
     replay); None on a stored release read back with `get_release` or `releases`. `replayed` is
@@ -270,6 +380,8 @@ class Release:
     distribution: Optional[Distribution] = None
     distributions: Optional[Distributions] = None
     label: Optional[str] = None
+    cells: Optional[List[str]] = None
+    row_names: Optional[List[str]] = None
     replayed: bool = False
     idempotency_key: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -283,8 +395,13 @@ class Release:
         idempotency_key: Optional[str] = None,
         distribution: Optional[Distribution] = None,
         distributions: Optional[Distributions] = None,
+        cells: Optional[List[str]] = None,
     ) -> Release:
-        """Read the service's JSON; `distribution`/`distributions` replace the JSON's lists."""
+        """Read the service's JSON; `distribution`/`distributions` replace the JSON's lists.
+
+        `cells` stands in for a release listed in a page, which names the dataset's cells once
+        for the page rather than in every item.
+        """
         budget = doc.get("budget")
         if distribution is None and "distribution" in doc:
             distribution = [float(p) for p in doc["distribution"]]
@@ -303,6 +420,8 @@ class Release:
             distribution=distribution,
             distributions=distributions,
             label=label if isinstance(label, str) else None,
+            cells=_names(doc["cells"], "release cells") if "cells" in doc else cells,
+            row_names=_names(doc.get("row_names"), "release row_names"),
             replayed=replayed,
             idempotency_key=idempotency_key,
             raw=dict(doc),
@@ -313,16 +432,20 @@ class Release:
 class Preview:
     """A release priced and forecast, nothing drawn and nothing spent.
 
-    `admissible` says whether the ledger would admit it now; `budget_after` is the ledger as it
-    would be after it. A vector gets `forecast` (None for the Gaussian and Laplace baselines), a
-    table `forecasts`, one per row (a list, or a `pandas.Series` indexed like the DataFrame's
-    rows when a DataFrame went in).
+    `admissible` says whether the ledger would admit it now (for an analyst with an allocation:
+    both the dataset's budget and the allocation); `budget_after` is the dataset's ledger as it
+    would be after it, and `allocation_after` the calling analyst's allocation (None for the
+    admin and for an analyst without one). A vector gets `forecast` (None for the Gaussian and
+    Laplace baselines), a table `forecasts`, one per row (a list, or a `pandas.Series` indexed
+    like the DataFrame's rows when a DataFrame went in). `cells` are the dataset's cell names.
     """
 
     mechanism: Mechanism
     cost: Cost
     admissible: bool
     budget_after: Budget
+    allocation_after: Optional[Allocation] = None
+    cells: Optional[List[str]] = None
     forecast: Optional[Dict[str, Any]] = None
     forecasts: Optional[Union[List[Optional[Dict[str, Any]]], pd.Series[Any]]] = None
     without_bound: Optional[Dict[str, Any]] = None
@@ -339,11 +462,16 @@ class Preview:
         """Read the service's JSON; `forecasts` replaces the JSON's list."""
         if forecasts is None and isinstance(doc.get("forecasts"), list):
             forecasts = list(doc["forecasts"])
+        allocation = doc.get("allocation_after")
         return cls(
             mechanism=Mechanism.from_json(_get(doc, "mechanism", "preview")),
             cost=Cost.from_json(_get(doc, "cost", "preview")),
             admissible=bool(_get(doc, "admissible", "preview")),
             budget_after=Budget.from_json(_get(doc, "budget_after", "preview")),
+            allocation_after=(
+                Allocation.from_json(allocation) if isinstance(allocation, dict) else None
+            ),
+            cells=_names(doc.get("cells"), "preview cells"),
             forecast=doc.get("forecast"),
             forecasts=forecasts,
             without_bound=doc.get("without_bound"),
