@@ -480,7 +480,8 @@ pub trait LedgerStore: Send + Sync + 'static {
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError>;
 
     /// Set the allocation of analyst token `token_id` on a dataset in its scope (`None`
-    /// removes it), and record the change with `by` and `at` in the same transaction. The
+    /// removes it), and record the change with `by` and `at` in the same transaction (nothing
+    /// is recorded when the allocation already was `total`). The
     /// token's spend on the dataset is kept by every release, so setting an allocation never
     /// forgets what was spent before it.
     async fn set_allocation(

@@ -438,7 +438,8 @@ impl LedgerStore for PgStore {
         const CONTEXT: &str = "set_allocation";
         // One statement: the old value is read under the row's lock (taken before any dataset
         // lock, as a release by the token takes it), the change and its audit record commit
-        // together. Removing an allocation that does not exist records nothing.
+        // together. Setting what is already set (a retried PUT), or removing an allocation that
+        // does not exist, records nothing.
         let row = sqlx::query(
             "WITH old AS MATERIALIZED ( \
                  SELECT allocation_units FROM token_datasets \
@@ -450,7 +451,7 @@ impl LedgerStore for PgStore {
                  INSERT INTO allocation_changes \
                         (dataset_id, token_id, changed_at, changed_by, old_units, new_units) \
                  SELECT $1, $2, $5, $4, old.allocation_units, $3 FROM old \
-                  WHERE old.allocation_units IS NOT NULL OR $3::bigint IS NOT NULL \
+                  WHERE old.allocation_units IS DISTINCT FROM $3::bigint \
              ) \
              SELECT old.allocation_units AS old_units, changed.spent_units \
                FROM old CROSS JOIN changed",

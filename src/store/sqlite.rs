@@ -398,8 +398,9 @@ async fn set_allocation_on(
     .execute(&mut *tx)
     .await
     .map_err(fail)?;
-    // Removing an allocation that does not exist changes nothing and records nothing.
-    if old.is_some() || total.is_some() {
+    // Setting what is already set (a retried PUT), or removing an allocation that does not
+    // exist, changes nothing and records nothing.
+    if old != total {
         sqlx::query(
             "INSERT INTO allocation_changes \
                     (dataset_id, token_id, changed_at, changed_by, old_units, new_units) \

@@ -1891,11 +1891,23 @@ async fn allocations_bound_their_token_under_the_dataset_cap(f: Fixture) {
         }
     );
     committed(commit(store, &by("tok_b", d.id, cost(0.0625))).await);
-    // Removing what is not there records nothing; a token outside the scope is refused.
+    // Removing what is not there, or setting what is set, records nothing; a token outside
+    // the scope is refused.
     store
         .set_allocation(d.id, "tok_b", None, "admin", at)
         .await
         .unwrap();
+    assert_eq!(
+        store
+            .set_allocation(d.id, "tok_a", Some(cost(0.375)), "admin", at)
+            .await
+            .unwrap(),
+        AllocationOutcome::Changed {
+            old: Some(cost(0.375)),
+            new: Some(cost(0.375)),
+            spent: cost(0.375)
+        }
+    );
     assert_eq!(
         store
             .set_allocation(other.id, "tok_a", Some(cost(0.1)), "admin", at)

@@ -159,6 +159,9 @@ async fn allocations_share_a_dataset(backend: Backend) {
     assert!(changes
         .iter()
         .all(|c| c["changed_by"] == "admin" && c["changed_at"].is_string()));
+    // A retried PUT of the same value changes nothing and is not recorded.
+    let same = put(&app, &set(&b_id), ADMIN_TOKEN, &json!({"epsilon": 0.75})).await;
+    assert_eq!(same.status(), StatusCode::OK);
     let own: Value = app.get(&allocations, &a).await.json().await.unwrap();
     assert_eq!(own["allocations"].as_array().unwrap().len(), 1);
     assert_eq!(own["allocations"][0]["token_id"], a_id.as_str());
@@ -245,6 +248,14 @@ async fn cells_and_rows_have_names(backend: Backend) {
         "row_names": ["0-17", "18-64", "65+"],
         "epsilon": 0.2,
     });
+    let previewed: Value = app
+        .post(&format!("{releases}/preview"), ADMIN_TOKEN, &table_body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(previewed["row_names"], json!(["0-17", "18-64", "65+"]));
+    assert_eq!(previewed["forecasts"].as_array().unwrap().len(), 3);
     let response = app
         .post_with_key(&releases, ADMIN_TOKEN, "named-table", &table_body)
         .await;

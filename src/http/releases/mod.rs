@@ -166,6 +166,9 @@ struct PreviewView {
     /// The dataset's cell names, when it has them.
     #[serde(skip_serializing_if = "Option::is_none")]
     cells: Option<Vec<String>>,
+    /// A table's row names, when the request gave them: the rows of `forecasts`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    row_names: Option<Vec<String>>,
     /// Vectors: the forecast (null for baselines). Absent for tables.
     #[serde(skip_serializing_if = "Option::is_none")]
     forecast: Option<Option<VectorForecast>>,
@@ -243,6 +246,7 @@ async fn preview(
         budget_after: BudgetView::from(&after),
         allocation_after,
         cells: names(dataset.cells.as_ref()),
+        row_names: names(request.row_names.as_ref()),
     };
     Ok(Json(
         serde_json::to_value(view).map_err(|e| ApiError::Internal(e.to_string()))?,

@@ -498,8 +498,8 @@ class BaseClient:
         return Call("DELETE", f"/v1/tokens/{_segment(token_id)}", lambda r: None)
 
     def _set_allocation(self, dataset_id: str, token_id: str, epsilon: float) -> Call[Allocation]:
-        # Setting the same allocation twice leaves it as setting it once (the audit trail then
-        # shows both), so a lost answer is resent.
+        # Setting the same allocation twice leaves it as setting it once (the service records
+        # only real changes in the audit trail), so a lost answer is resent.
         return Call(
             "PUT",
             f"/v1/datasets/{_segment(dataset_id)}/allocations/{_segment(token_id)}",
