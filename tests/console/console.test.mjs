@@ -1,12 +1,16 @@
 // End-to-end test of /console in the system's headless Chromium, driven by playwright-core.
 // scripts/console-test.sh starts the server and sets BASE, ADMIN, OUT and CHROMIUM.
 //
-// The scenario: sign in as the admin, register two datasets, create an analyst token for one,
-// preview and release twice (the spend chart moves), do the README walkthrough's table step (a
-// third dataset, a labelled table previewed row by row and released for one charge, drawn as a
-// heat map), sort the datasets by remaining budget,
-// sign in as the analyst (by keyboard) and see only that dataset, preview a release that does not
-// fit, and see a 409 refusal when another client spends the budget between preview and release.
+// The scenario: sign in as the admin, register two datasets and one with named cells, create an
+// analyst token for two of them, preview and release twice (the spend chart moves), give analyst
+// tokens allocations on the named dataset (set, edit, remove, a 422 and a 404, the history),
+// release a table with named rows there (the dataset's cell names label the heat map, now and
+// from the stored release), do the README walkthrough's table step (a labelled table previewed
+// row by row and released for one charge, drawn as a heat map), sort the datasets by remaining
+// budget, sign in as the analyst (by keyboard) and see only their datasets and their own
+// allocation, preview a release that does not fit, see a 409 refusal when another client spends
+// the budget between preview and release, and a distinct 409 when the admin lowers the analyst's
+// allocation between preview and release.
 // Throughout: no request URL carries a token, nothing is written to localStorage or cookies,
 // every /console response carries the security headers, no CSP violation or script error occurs,
 // and every form control has a label. Screenshots go to $OUT.
@@ -28,6 +32,7 @@ const consoleResponses = [];
 let releaseKeys = [];
 const releaseBodies = [];
 const listQueries = [];
+const registrations = [];
 
 function step(name) {
   console.log(`  - ${name}`);
@@ -39,7 +44,13 @@ async function api(method, path, token, body) {
     headers: { Authorization: `Bearer ${token}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
     body: body ? JSON.stringify(body) : undefined,
   });
-  return { status: response.status, body: await response.json() };
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : null };
+}
+
+/** The texts of a chart's axis labels of `kind` ('row-label', 'col-label', or any). */
+async function axisLabels(chart, kind) {
+  return chart.locator(kind ? `text.axis-label.${kind}` : 'text.axis-label').allTextContents();
 }
 
 function watch(page) {
@@ -60,6 +71,7 @@ function watch(page) {
       releaseBodies.push(request.postDataJSON());
     }
     if (request.method() === 'GET' && /\/releases$/.test(path)) listQueries.push(new URL(url).search);
+    if (request.method() === 'POST' && path === '/v1/datasets') registrations.push(request.postDataJSON());
   });
   page.on('response', (response) => {
     const path = new URL(response.url()).pathname;
@@ -84,6 +96,12 @@ async function assertLabelled(page, where) {
     })
     .map((el) => el.outerHTML.slice(0, 120)));
   assert.deepEqual(unlabelled, [], `controls without a label on ${where}`);
+}
+
+/** No stray `null` or `undefined` text (a missing value written out) on the page. */
+async function assertNoStrayText(page, where) {
+  const text = await page.locator('main').innerText();
+  assert.doesNotMatch(text, /\bnull\b|\bundefined\b|\bNaN\b|\[object /, `stray text on ${where}`);
 }
 
 async function assertNoStoredToken(page, where) {
@@ -148,7 +166,7 @@ try {
 
   step('register an RDP dataset and an (ε, δ) dataset');
   await page.getByRole('link', { name: 'Register dataset' }).click();
-  await page.getByLabel('Name').fill('visits per diagnosis');
+  await page.getByLabel('Name', { exact: true }).fill('visits per diagnosis');
   await page.getByLabel('ε', { exact: true }).fill('1');
   await page.getByLabel('Order λ').fill('2');
   await assertLabelled(page, 'register');
@@ -159,7 +177,7 @@ try {
   assert.deepEqual(await spend(page), { points: 0, spent: 0 });
 
   await page.getByRole('link', { name: 'Register dataset' }).click();
-  await page.getByLabel('Name').fill('survey answers');
+  await page.getByLabel('Name', { exact: true }).fill('survey answers');
   await page.getByLabel('Budget kind').selectOption('dp');
   await page.getByLabel('ε', { exact: true }).fill('3');
   await page.getByLabel('δ').fill('1e-6');
@@ -168,9 +186,41 @@ try {
   await page.getByRole('heading', { name: 'survey answers' }).waitFor();
   assert.match(await page.locator('.budget-summary').textContent(), /\(ε, δ\)|δ = 0\.000001|δ = 1e-6/);
 
+  step('register a dataset with named cells (a repeated name and a 422 first)');
+  const cellNames = ['influenza', 'common cold', 'measles', 'mumps', 'covid-19', 'other'];
+  await page.getByRole('link', { name: 'Register dataset' }).click();
+  await page.getByLabel('Name', { exact: true }).fill('clinic visits');
+  await page.getByLabel('ε', { exact: true }).fill('2');
+  await page.getByLabel('Order λ').fill('2');
+  await assertLabelled(page, 'register with cells');
+  const sentRegistrations = registrations.length;
+  await page.getByLabel('Cell names (optional)').fill('influenza, common cold, influenza');
+  assert.match(await page.locator('.hint.shape').textContent(), /Cell names repeat/);
+  await page.getByRole('button', { name: 'Register' }).click();
+  let problem = page.locator('.problem');
+  await problem.waitFor();
+  assert.match(await problem.locator('.problem-title').textContent(), /Cell names repeat/);
+  assert.match(await problem.locator('.problem-detail').textContent(), /“influenza” is given twice/);
+  assert.equal(registrations.length, sentRegistrations, 'a repeated name is caught before sending');
+  await page.getByLabel('Cell names (optional)').fill(`influenza, ${'x'.repeat(201)}`);
+  await page.getByRole('button', { name: 'Register' }).click();
+  problem = page.locator('.problem[data-status="422"]');
+  await problem.waitFor();
+  assert.match(await problem.textContent(), /cells/);
+  assert.deepEqual(registrations[registrations.length - 1].cells, ['influenza', 'x'.repeat(201)]);
+  await page.getByLabel('Cell names (optional)').fill(cellNames.join('\n'));
+  assert.match(await page.locator('.hint.shape').textContent(), /^6 cell names/);
+  await page.getByRole('button', { name: 'Register' }).click();
+  await page.getByRole('heading', { name: 'clinic visits' }).waitFor();
+  const clinicId = new URL(page.url()).hash.split('/').pop();
+  assert.match(clinicId, /^[0-9a-f-]{36}$/);
+  assert.deepEqual(registrations[registrations.length - 1].cells, cellNames, 'one name per line');
+  assert.deepEqual(await page.locator('.cell-names li').allTextContents(), cellNames, 'the dataset page shows its cell names');
+  assert.deepEqual((await api('GET', `/v1/datasets/${clinicId}`, ADMIN)).body.cells, cellNames);
+
   step('an invalid registration shows the 422 problem');
   await page.getByRole('link', { name: 'Register dataset' }).click();
-  await page.getByLabel('Name').fill('broken');
+  await page.getByLabel('Name', { exact: true }).fill('broken');
   await page.getByLabel('ε', { exact: true }).fill('-1');
   await page.getByRole('button', { name: 'Register' }).click();
   const invalid = page.locator('.problem');
@@ -181,6 +231,7 @@ try {
   step('create an analyst token for the first dataset (shown once, copyable)');
   await page.getByRole('link', { name: 'New analyst token' }).click();
   await page.getByLabel(/visits per diagnosis/).check();
+  await page.getByLabel(/clinic visits/).check();
   await assertLabelled(page, 'new token');
   await page.getByRole('button', { name: 'Create token' }).click();
   const tokenField = page.locator('input.token-output');
@@ -188,6 +239,8 @@ try {
   const analyst = await tokenField.inputValue();
   assert.match(analyst, /^dra_[0-9a-f]+_/);
   secrets.push(analyst);
+  const analystId = (await api('GET', '/v1/whoami', analyst)).body.token_id;
+  assert.match(await page.locator('.token-result label').textContent(), new RegExp(`${analystId} for 2 datasets`));
   await page.getByRole('button', { name: 'Copy' }).click();
   await page.getByText('Copied.').waitFor();
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), analyst);
@@ -221,20 +274,140 @@ try {
   assert.notEqual(releaseKeys[0], releaseKeys[1], 'a fresh Idempotency-Key per previewed release');
   await page.getByRole('button', { name: 'Show the output of release 1' }).click();
   await page.locator('figcaption', { hasText: 'Release #1' }).waitFor();
+  await assertNoStrayText(page, 'a dataset without cell names');
   await page.screenshot({ path: `${OUT}/dataset.png`, fullPage: true });
   // The spend chart reads release summaries, never every output; only the paged table does.
   assert.ok(listQueries.some((q) => /fields=summary/.test(q)), `listings seen: ${listQueries}`);
   assert.ok(listQueries.filter((q) => !/fields=summary/.test(q)).every((q) => /limit=10(&|$)/.test(q)), `listings seen: ${listQueries}`);
 
+  step('allocations: the admin sets, edits and removes them, sees problems and the history');
+  // More analyst tokens on the named dataset, one revoked, and one for another dataset only.
+  const newToken = async (datasets) => {
+    const created = await api('POST', '/v1/tokens', ADMIN, { datasets });
+    assert.equal(created.status, 201);
+    secrets.push(created.body.token);
+    return created.body.id;
+  };
+  const [tokenB, tokenC, tokenD, revoked, elsewhere] = [
+    await newToken([clinicId]), await newToken([clinicId]), await newToken([clinicId, visitsId]),
+    await newToken([clinicId]), await newToken([visitsId]),
+  ];
+  assert.equal((await api('DELETE', `/v1/tokens/${revoked}`, ADMIN)).status, 204);
+  await page.goto(`${BASE}/console#/datasets/${clinicId}`);
+  await page.getByRole('heading', { name: 'clinic visits' }).waitFor();
+  const allocationsSection = page.locator('section.allocations-section');
+  await allocationsSection.getByText("No allocations: every analyst token draws on the dataset's budget.").waitFor();
+  await assertLabelled(page, 'allocations');
+  const tokenSelect = page.getByLabel('Analyst token');
+  const offered = (await tokenSelect.locator('option').evaluateAll((options) => options.map((o) => o.value))).filter(Boolean);
+  assert.deepEqual(offered.sort(), [analystId, tokenB, tokenC, tokenD].sort(), 'only live analyst tokens scoped to the dataset are offered');
+  assert.ok(!offered.includes(revoked) && !offered.includes(elsewhere));
+  const allocationRow = (token) => allocationsSection.locator(`table.allocations tbody tr[data-token="${token}"]`);
+  const setAllocation = async (token, epsilon) => {
+    await tokenSelect.selectOption(token);
+    await page.getByLabel(/^Allocation ε/).fill(String(epsilon));
+    await page.getByRole('button', { name: 'Save allocation' }).click();
+  };
+  for (const [token, epsilon] of [[analystId, 0.3], [tokenB, 0.5], [tokenC, 0.1], [tokenD, 0.2]]) {
+    await setAllocation(token, epsilon);
+    await allocationsSection.locator('.success', { hasText: `Allocation of ${token} set to ε ${epsilon}` }).waitFor();
+    await allocationRow(token).waitFor();
+  }
+  assert.deepEqual(await allocationRow(analystId).locator('td.num').allTextContents(), ['0.3', '0', '0.3']);
+  assert.equal(await allocationsSection.locator('table.allocations tbody tr').count(), 4);
+  assert.match(await tokenSelect.locator(`option[value="${tokenB}"]`).textContent(), /allocation ε 0\.5/);
+  // An invalid allocation: the service's 422, shown like every form's problems; nothing changes.
+  await setAllocation(tokenB, -1);
+  problem = allocationsSection.locator('.problem[data-status="422"]');
+  await problem.waitFor();
+  assert.match(await problem.textContent(), /Invalid request.*epsilon/s);
+  assert.deepEqual(await allocationRow(tokenB).locator('td.num').allTextContents(), ['0.5', '0', '0.5']);
+  // Edit: the form takes the token and its allocation, and the focus.
+  await page.getByRole('button', { name: `Edit the allocation of ${analystId}` }).click();
+  assert.equal(await tokenSelect.inputValue(), analystId);
+  assert.equal(await page.getByLabel(/^Allocation ε/).inputValue(), '0.3');
+  assert.equal(await page.evaluate(() => document.activeElement.labels?.[0]?.textContent), 'Allocation ε (at λ = 2)');
+  await page.getByLabel(/^Allocation ε/).fill('0.25');
+  await page.keyboard.press('Enter');
+  await allocationsSection.locator('.success', { hasText: `Allocation of ${analystId} set to ε 0.25` }).waitFor();
+  assert.deepEqual(await allocationRow(analystId).locator('td.num').allTextContents(), ['0.25', '0', '0.25']);
+  // Remove one.
+  await page.getByRole('button', { name: `Remove the allocation of ${tokenC}` }).click();
+  await allocationsSection.locator('.success', { hasText: `Removed the allocation of ${tokenC}` }).waitFor();
+  assert.equal(await allocationRow(tokenC).count(), 0);
+  assert.match(await tokenSelect.locator(`option[value="${tokenC}"]`).textContent(), /no allocation/);
+  // Removed meanwhile by another client: the 404 is shown and the list catches up.
+  assert.equal((await api('DELETE', `/v1/datasets/${clinicId}/allocations/${tokenD}`, ADMIN)).status, 204);
+  await page.getByRole('button', { name: `Remove the allocation of ${tokenD}` }).click();
+  problem = allocationsSection.locator('.problem[data-status="404"]');
+  await problem.waitFor();
+  assert.match(await problem.textContent(), /no allocation/);
+  await allocationRow(tokenD).waitFor({ state: 'detached' });
+  assert.deepEqual(
+    (await allocationsSection.locator('table.allocations tbody tr').evaluateAll((rows) => rows.map((r) => r.dataset.token))).sort(),
+    [analystId, tokenB].sort(),
+  );
+  // The history, newest first: who, when, old → new.
+  const history = allocationsSection.locator('table.allocation-changes tbody tr');
+  assert.equal(await history.count(), 7);
+  const historyRow = async (i) => (await history.nth(i).locator('td').allTextContents()).slice(1);
+  assert.deepEqual(await historyRow(0), [tokenD, '0.2', 'none', 'admin']);
+  assert.deepEqual(await historyRow(1), [tokenC, '0.1', 'none', 'admin']);
+  assert.deepEqual(await historyRow(2), [analystId, '0.3', '0.25', 'admin']);
+  assert.deepEqual(await historyRow(6), [analystId, 'none', '0.3', 'admin']);
+  assert.match(await history.nth(0).locator('time').getAttribute('datetime'), /^\d{4}-\d\d-\d\dT/);
+
+  step('a table with named rows on the named dataset: its cell names label the heat map');
+  await page.getByLabel('Counts').fill('1, 2, 3');
+  assert.match(await page.locator('.names-warning').textContent(), /has 6 named cells .* the line has 3 values/);
+  await page.getByLabel('Counts').fill([
+    'age, flu, cold, measles, mumps, covid, other',
+    '0-17, 40, 12, 1, 0, 5, 2',
+    '18-64, 55, 20, 1, 0, 8, 4',
+    '65+, 25, 13, 1, 1, 4, 3',
+  ].join('\n'));
+  assert.match(await page.locator('.names-warning').textContent(), /header line differs from the dataset's cell names; the dataset's names are used: influenza, common cold/);
+  await page.getByLabel('ε (privacy cost to calibrate to)').fill('0.5');
+  await page.getByRole('button', { name: 'Preview' }).click();
+  preview = page.locator('dl.preview');
+  await preview.waitFor();
+  assert.match(await preview.locator('.preview-cells').textContent(), /influenza, common cold, measles, mumps, covid-19, other/);
+  assert.deepEqual(await preview.locator('table.forecasts tbody th').allTextContents(), ['0-17', '18-64', '65+']);
+  await page.getByRole('button', { name: /Release \(spends ε 0\.5\)/ }).click();
+  await page.getByText(/Released #1: charged ε 0\.5/).waitFor();
+  let heatNamed = page.locator('svg.heat-map[data-rows="3"]');
+  await heatNamed.waitFor();
+  assert.deepEqual(await axisLabels(heatNamed, 'col-label'), cellNames, "the dataset's names win over the header");
+  assert.deepEqual(await axisLabels(heatNamed, 'row-label'), ['0-17', '18-64', '65+']);
+  // The row names were sent and stored; the header was not sent.
+  assert.deepEqual(releaseBodies[releaseBodies.length - 1].row_names, ['0-17', '18-64', '65+']);
+  assert.ok(!('cells' in releaseBodies[releaseBodies.length - 1]));
+  const namedStored = await api('GET', `/v1/datasets/${clinicId}/releases`, ADMIN);
+  assert.deepEqual(namedStored.body.cells, cellNames);
+  assert.deepEqual(namedStored.body.items[0].row_names, ['0-17', '18-64', '65+']);
+  await assertNoStrayText(page, "the admin's page of a dataset with cell names");
+  await page.screenshot({ path: `${OUT}/allocations-page.png`, fullPage: true });
+  // Reloaded, the stored release from the listing carries the same names.
+  await page.reload();
+  heatNamed = page.locator('svg.heat-map[data-rows="3"]');
+  await heatNamed.waitFor();
+  assert.deepEqual(await axisLabels(heatNamed, 'col-label'), cellNames);
+  assert.deepEqual(await axisLabels(heatNamed, 'row-label'), ['0-17', '18-64', '65+']);
+  await page.locator('.output').screenshot({ path: `${OUT}/named-output.png` });
+
   step("the README walkthrough's table step by clicking: a labelled table, one charge, a heat map");
   await page.getByRole('link', { name: 'Register dataset' }).click();
-  await page.getByLabel('Name').fill('visits per diagnosis by age band');
+  await page.getByLabel('Name', { exact: true }).fill('visits per diagnosis by age band');
   await page.getByLabel('ε', { exact: true }).fill('1');
   await page.getByLabel('Order λ').fill('2');
   await page.getByRole('button', { name: 'Register' }).click();
   await page.getByRole('heading', { name: 'visits per diagnosis by age band' }).waitFor();
   const tablesId = new URL(page.url()).hash.split('/').pop();
   assert.match(tablesId, /^[0-9a-f-]{36}$/);
+  // No analyst token may use it yet: no allocation form, a pointer to making a token instead.
+  await page.getByText('No analyst token may use this dataset yet').waitFor();
+  assert.ok(await page.locator('form.allocation-form').isHidden());
+  assert.equal(await page.locator('table.allocation-changes').count(), 0, 'no history without changes');
   await page.getByLabel('Counts').fill([
     'age, flu, cold, measles, mumps, covid, other',
     '0-17, 40, 12, 1, 0, 5, 2',
@@ -260,21 +433,29 @@ try {
   await page.getByText(/Released #1: charged ε 0\.5/).waitFor();
   const heat = page.locator('svg.heat-map[data-rows="3"]');
   await heat.waitFor();
-  assert.match(await heat.textContent(), /65\+.*measles/s, 'row and cell names label the heat map');
+  assert.deepEqual(await axisLabels(heat, 'row-label'), ['0-17', '18-64', '65+'], 'row names label the heat map');
+  assert.deepEqual(await axisLabels(heat, 'col-label'), ['flu', 'cold', 'measles', 'mumps', 'covid', 'other'], 'without dataset names, the header labels the cells');
   await page.locator('figcaption', { hasText: `Release #1 “${tableLabel}”: 3 distributions over 6 cells` }).waitFor();
   await page.locator('svg.spend-chart[data-points="1"]').waitFor();
   const tableRow = page.locator('table.releases tbody tr').first();
   assert.equal(await tableRow.locator('td').nth(1).textContent(), tableLabel);
   assert.match(await tableRow.locator('td').nth(2).textContent(), /dirichlet\s*table ×3/);
-  // What was sent: the rows (without their names or the header), the label, a fresh key.
+  // What was sent: the rows and their names (not the header), the label, a fresh key.
   const sent = releaseBodies[releaseBodies.length - 1];
-  assert.deepEqual(sent, { table: [[40, 12, 1, 0, 5, 2], [55, 20, 1, 0, 8, 4], [25, 13, 1, 1, 4, 3]], epsilon: 0.5, mechanism: 'dirichlet', label: tableLabel });
-  assert.equal(new Set(releaseKeys).size, 3);
+  assert.deepEqual(sent, {
+    table: [[40, 12, 1, 0, 5, 2], [55, 20, 1, 0, 8, 4], [25, 13, 1, 1, 4, 3]],
+    row_names: ['0-17', '18-64', '65+'],
+    epsilon: 0.5,
+    mechanism: 'dirichlet',
+    label: tableLabel,
+  });
+  assert.equal(new Set(releaseKeys).size, 4);
   // What the service holds: one release of three distributions, charged as one 6-cell vector.
   const stored = await api('GET', `/v1/datasets/${tablesId}/releases`, ADMIN);
   assert.equal(stored.body.items.length, 1);
   const [table] = stored.body.items;
   assert.equal(table.label, tableLabel);
+  assert.deepEqual(table.row_names, ['0-17', '18-64', '65+']);
   assert.equal(table.distributions.length, 3);
   for (const row of table.distributions) {
     assert.equal(row.length, 6);
@@ -287,21 +468,24 @@ try {
   assert.equal(tablesBudget.body.spent, table.cost.epsilon);
   await page.screenshot({ path: `${OUT}/table.png`, fullPage: true });
   await page.locator('.output').screenshot({ path: `${OUT}/table-output.png` });
-  // Reloaded, the output comes from the listing (no names): still a heat map, rows numbered.
+  // Reloaded, the output comes from the listing: the stored row names, and the cells numbered
+  // (this dataset has no cell names, and the pasted header was never sent).
   await page.reload();
   await page.locator('svg.heat-map[data-rows="3"]').waitFor();
-  assert.match(await page.locator('svg.heat-map').textContent(), /row 2/);
+  assert.deepEqual(await axisLabels(page.locator('svg.heat-map'), 'row-label'), ['0-17', '18-64', '65+']);
+  assert.deepEqual(await axisLabels(page.locator('svg.heat-map'), 'col-label'), ['0', '1', '2', '3', '4', '5']);
 
   step('the datasets list sorts by remaining budget');
   await page.getByRole('link', { name: 'Datasets', exact: true }).click();
   await page.locator('table.datasets').waitFor();
   await page.getByRole('button', { name: /Remaining/ }).click();
   let names = await page.locator('table.datasets tbody th').allTextContents();
-  assert.deepEqual(names, ['visits per diagnosis', 'visits per diagnosis by age band', 'survey answers'], 'ascending: least remaining first');
+  assert.deepEqual(names, ['visits per diagnosis', 'visits per diagnosis by age band', 'clinic visits', 'survey answers'], 'ascending: least remaining first');
   assert.equal(await page.locator('th[aria-sort="ascending"]').count(), 1);
   await page.getByRole('button', { name: /Remaining/ }).click();
   names = await page.locator('table.datasets tbody th').allTextContents();
-  assert.deepEqual(names, ['survey answers', 'visits per diagnosis by age band', 'visits per diagnosis']);
+  assert.deepEqual(names, ['survey answers', 'clinic visits', 'visits per diagnosis by age band', 'visits per diagnosis']);
+  assert.equal(await page.locator('table.datasets .allocation-line').count(), 0, 'the admin has no allocation of their own');
   await page.getByRole('button', { name: /Remaining/ }).click();
   await page.screenshot({ path: `${OUT}/datasets.png` });
 
@@ -318,7 +502,10 @@ try {
   assert.match(await page.locator('.role').textContent(), /Analyst/);
   await page.locator('table.datasets').waitFor();
   names = await page.locator('table.datasets tbody th').allTextContents();
-  assert.deepEqual(names, ['visits per diagnosis'], 'an analyst sees only its datasets');
+  assert.deepEqual(names.sort(), ['clinic visits', 'visits per diagnosis'], 'an analyst sees only its datasets');
+  // The budget column shows the analyst's own allocation where there is one.
+  assert.match(await page.locator(`table.datasets tr[data-id="${clinicId}"] .allocation-line`).textContent(), /0 of your 0\.25 allocation spent/);
+  assert.equal(await page.locator(`table.datasets tr[data-id="${visitsId}"] .allocation-line`).count(), 0);
   assert.equal(await page.getByRole('link', { name: 'Register dataset' }).count(), 0, 'no admin forms for an analyst');
   await page.goto(`${BASE}/console#/new-token`);
   await page.getByRole('heading', { name: 'Datasets' }).waitFor();
@@ -332,9 +519,12 @@ try {
   assert.equal(await page.evaluate(() => document.activeElement.tagName), 'A', 'the dataset link is reachable by Tab');
   await page.keyboard.press('Enter');
   await page.getByRole('heading', { name: 'visits per diagnosis' }).waitFor();
+  assert.match(await page.locator('.budget-slot .budget-summary').textContent(), /No allocation of your own: your releases draw on the dataset's budget/);
+  assert.match(await page.locator('.allocation-own').textContent(), /You have no allocation on this dataset/);
   preview = await previewAndRelease(page, '118, 47, 3, 1, 17, 9', 0.5);
   assert.equal(await preview.getAttribute('data-admissible'), 'false');
   assert.match(await preview.textContent(), /No — only 0\.2 remains/);
+  assert.equal(await preview.locator('.allocation-after').count(), 0, 'no allocation, no allocation line');
   assert.ok(await page.getByRole('button', { name: /Release \(does not fit\)/ }).isDisabled());
 
   step('another client spends the budget between preview and release: 409 shown clearly');
@@ -348,11 +538,66 @@ try {
   assert.equal(await refusal.getAttribute('data-status'), '409');
   assert.match(await refusal.locator('.problem-title').textContent(), /Privacy budget exhausted/);
   assert.match(await refusal.locator('.problem-detail').textContent(), /exceed|remain/);
+  assert.equal(await refusal.getAttribute('class'), 'problem budget-exhausted');
+  assert.match(await refusal.locator('.problem-ledger').textContent(), /The dataset's budget: 0\.1 of 1 left/);
   assert.ok(await page.getByRole('button', { name: 'Release', exact: true }).isDisabled(), 'a refusal needs a new preview');
   await page.locator('svg.spend-chart[data-points="3"]').waitFor();
   await page.screenshot({ path: `${OUT}/refusal.png`, fullPage: true });
   const analystSession = await assertNoStoredToken(page, 'analyst');
   assert.ok(analystSession.includes(analyst) && !analystSession.includes(ADMIN));
+
+  step('the analyst sees their own allocation only, and previews show it after the release');
+  await page.goto(`${BASE}/console#/datasets/${clinicId}`);
+  await page.getByRole('heading', { name: 'clinic visits' }).waitFor();
+  const own = page.locator('section.allocations-section');
+  await own.locator('.allocation-own').waitFor();
+  assert.equal(await own.locator('.allocation-own').getAttribute('data-token'), analystId);
+  assert.match(await own.locator('.allocation-own').textContent(), /Your allocation: ε 0\.25 at λ = 2, 0 spent, 0\.25 left/);
+  const ownText = await own.textContent();
+  for (const other of [tokenB, tokenC, tokenD]) assert.ok(!ownText.includes(other), `another token's allocation is shown: ${other}`);
+  assert.equal(await own.locator('form, button').count(), 0, 'an analyst cannot edit allocations');
+  assert.equal(await own.locator('table.allocation-changes tbody tr').count(), 2, "the analyst's own changes only");
+  assert.match(await page.locator('.budget-slot .budget-summary .allocation-line').textContent(), /0 of your 0\.25 allocation spent/);
+  preview = await previewAndRelease(page, '30, 12, 5, 0, 3, 1', 0.2);
+  assert.equal(await preview.getAttribute('data-admissible'), 'true');
+  assert.match(await preview.locator('.allocation-after').textContent(), /Yes — 0\.05 of your 0\.25 would remain after it/);
+  await page.getByRole('button', { name: /Release \(spends ε 0\.2\)/ }).click();
+  await page.getByText(/Released #2: charged ε 0\.2/).waitFor();
+  const namedBars = page.locator('svg.bar-chart[data-cells="6"]');
+  await namedBars.waitFor();
+  assert.deepEqual(await axisLabels(namedBars), cellNames, "the dataset's cell names label the bars");
+  await own.getByText(/0\.2 spent, 0\.05 left/).waitFor();
+  // Over the allocation while the dataset has room: the preview says which one does not fit.
+  preview = await previewAndRelease(page, '30, 12, 5, 0, 3, 1', 0.1);
+  assert.equal(await preview.getAttribute('data-admissible'), 'false');
+  assert.match(await preview.locator('.allocation-after').textContent(), /No — only 0\.05 of your allocation of 0\.25 remains/);
+  assert.match(await preview.textContent(), /Fits the budget\s*✓ Yes — 1\.3 of 2 remains/);
+  assert.ok(await page.getByRole('button', { name: /Release \(does not fit\)/ }).isDisabled());
+
+  step('the admin lowers the allocation between preview and release: a distinct 409');
+  preview = await previewAndRelease(page, '30, 12, 5, 0, 3, 1', 0.04);
+  assert.equal(await preview.getAttribute('data-admissible'), 'true');
+  const lowered = await api('PUT', `/v1/datasets/${clinicId}/allocations/${analystId}`, ADMIN, { epsilon: 0.22 });
+  assert.equal(lowered.status, 200);
+  const clinicBefore = (await api('GET', `/v1/datasets/${clinicId}/budget`, ADMIN)).body;
+  await page.getByRole('button', { name: /Release \(spends/ }).click();
+  const allocationRefusal = page.locator('.problem');
+  await allocationRefusal.waitFor();
+  assert.equal(await allocationRefusal.getAttribute('data-status'), '409');
+  assert.equal(await allocationRefusal.getAttribute('data-type'), '/problems/allocation-exhausted');
+  assert.equal(await allocationRefusal.getAttribute('class'), 'problem allocation-exhausted');
+  assert.match(await allocationRefusal.locator('.problem-title').textContent(), /^⚠ Allocation exhausted$/);
+  assert.match(await allocationRefusal.locator('.problem-detail').textContent(), /allocation/);
+  assert.match(await allocationRefusal.locator('.problem-ledger').textContent(), /Your allocation: 0\.02 of 0\.22 left, while the dataset's budget still has 1\.3 of 2 left/);
+  assert.ok(await page.getByRole('button', { name: 'Release', exact: true }).isDisabled(), 'a refusal needs a new preview');
+  await own.getByText(/Your allocation: ε 0\.22 at λ = 2, 0\.2 spent, 0\.02 left/).waitFor();
+  assert.deepEqual((await api('GET', `/v1/datasets/${clinicId}/budget`, ADMIN)).body, clinicBefore, 'the refusal charged nothing');
+  await assertNoStrayText(page, "the analyst's page of a dataset with cell names");
+  await page.screenshot({ path: `${OUT}/allocation-refusal.png`, fullPage: true });
+  // Reloaded, the newest stored release (the analyst's vector) is drawn with the cell names.
+  await page.reload();
+  await page.locator('svg.bar-chart[data-cells="6"]').waitFor();
+  assert.deepEqual(await axisLabels(page.locator('svg.bar-chart')), cellNames);
 
   step('a narrow window: no page-wide horizontal scrolling');
   await page.setViewportSize({ width: 390, height: 844 });
@@ -391,6 +636,18 @@ try {
   const overflowTable = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   assert.ok(overflowTable <= 0, `the table's dataset page scrolls sideways by ${overflowTable}px at 390px`);
   await page.screenshot({ path: `${OUT}/table-narrow.png`, fullPage: true });
+  await page.goto(`${BASE}/console#/datasets/${clinicId}`);
+  await page.locator('table.allocations').waitFor();
+  const overflowAllocations = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflowAllocations <= 0, `the allocations' dataset page scrolls sideways by ${overflowAllocations}px at 390px`);
+  await page.locator('section.allocations-section').screenshot({ path: `${OUT}/allocations-narrow.png` });
+  // What the admin sees once the analyst spent most of a lowered allocation.
+  await page.setViewportSize({ width: 1280, height: 800 });
+  await page.reload();
+  await page.locator('table.allocations').waitFor();
+  assert.deepEqual(await page.locator(`table.allocations tr[data-token="${analystId}"] td.num`).allTextContents(), ['0.22', '0.2', '0.02']);
+  assert.equal(await page.locator('table.allocation-changes tbody tr').count(), 8);
+  await page.locator('section.allocations-section').screenshot({ path: `${OUT}/allocations.png` });
 
   step('every console response carried the security headers');
   assert.ok(consoleResponses.length >= 6, `only ${consoleResponses.length} console responses seen`);

@@ -1,6 +1,7 @@
 // The console: a hash-routed single page over the public API (see api.js for the token rules).
 //   #/                   datasets
-//   #/datasets/<id>      one dataset: spend over time, preview and release, releases, outputs
+//   #/datasets/<id>      one dataset: spend over time, allocations, preview and release,
+//                        releases, outputs
 //   #/new-dataset        register a dataset (admin)
 //   #/new-token          create an analyst token (admin)
 
@@ -23,13 +24,47 @@ function announce(message) {
   status.textContent = message;
 }
 
+/** Whether a problem is of the service's type `slug` (`/problems/<slug>`). */
+function isProblem(p, slug) {
+  return p.type === `/problems/${slug}` || p.type.endsWith(`/problems/${slug}`);
+}
+
+const isLedger = (x) => x !== null && typeof x === 'object' && typeof x.remaining === 'number';
+
+/**
+ * What a refused release had to fit, from the problem's members: the analyst's own allocation
+ * (allocation-exhausted: the dataset may still have room) or the dataset's budget.
+ */
+function ledgerRefusal(p) {
+  const { allocation, budget } = p.body;
+  if (isProblem(p, 'allocation-exhausted') && isLedger(allocation)) {
+    return h('div', { class: 'problem-ledger' },
+      budgetBar(allocation.spent, allocation.epsilon, 'Your allocation on this dataset'),
+      h('p', {}, h('strong', {}, 'Your allocation: '), `${num(allocation.remaining)} of ${num(allocation.epsilon)} left`,
+        isLedger(budget) ? `, while the dataset's budget still has ${num(budget.remaining)} of ${num(budget.total)} left. ` : '. ',
+        'The admin can raise your allocation; nothing was charged.'));
+  }
+  if (isProblem(p, 'budget-exhausted') && isLedger(budget)) {
+    return h('div', { class: 'problem-ledger' },
+      h('p', {}, h('strong', {}, "The dataset's budget: "), `${num(budget.remaining)} of ${num(budget.total)} left at λ = ${num(budget.order)}. Nothing was charged.`));
+  }
+  return null;
+}
+
 /** A problem+json error as the user sees it: its title, its detail, and the status. */
 function problemBox(error) {
   const p = error instanceof Problem ? error : new Problem(0, { title: 'Unexpected error', detail: String(error?.message || error) });
-  return h('div', { class: 'problem', role: 'alert', 'data-status': p.status, 'data-type': p.type },
+  const kind = isProblem(p, 'allocation-exhausted') ? 'allocation-exhausted' : isProblem(p, 'budget-exhausted') ? 'budget-exhausted' : null;
+  return h('div', { class: ['problem', kind], role: 'alert', 'data-status': p.status, 'data-type': p.type },
     h('p', { class: 'problem-title' }, h('span', { class: 'problem-icon', 'aria-hidden': 'true' }, '⚠ '), p.title),
     p.detail ? h('p', { class: 'problem-detail' }, p.detail) : null,
+    ledgerRefusal(p),
     h('p', { class: 'problem-meta' }, p.status ? `HTTP ${p.status}` : 'no response', p.type ? ` · ${p.type}` : ''));
+}
+
+/** A success message that can take the focus (after its control went away). */
+function successBox(text) {
+  return h('p', { class: 'success', role: 'status', tabindex: '-1' }, h('span', { 'aria-hidden': 'true' }, '✓ '), text);
 }
 
 function field(label, control, hint) {
@@ -63,7 +98,11 @@ function ledgerTotal(dataset) {
   return dataset.budget.rdp_epsilon ?? dataset.budget.epsilon;
 }
 
-function budgetSummary(dataset, budget) {
+/**
+ * A dataset's budget as bars: the RDP budget, its (ε, δ) view, and the calling analyst's own
+ * allocation when the admin set one. `own` (the dataset page) also says when an analyst has none.
+ */
+function budgetSummary(dataset, budget, { own = false } = {}) {
   const rows = [
     h('div', { class: 'budget-line' },
       budgetBar(budget.spent, budget.total, `Rényi-DP budget at order λ = ${num(budget.order)}`),
@@ -77,6 +116,17 @@ function budgetSummary(dataset, budget) {
       h('p', { class: 'budget-text' },
         h('strong', {}, `ε ${num(budget.dp.spent_epsilon)} of ${num(budget.dp.total_epsilon)}`),
         ` spent at δ = ${budget.dp.delta}`)));
+  }
+  const allocation = budget.allocation;
+  if (isLedger(allocation)) {
+    rows.push(h('div', { class: 'budget-line allocation-line' },
+      budgetBar(allocation.spent, allocation.epsilon, `Your allocation at λ = ${num(budget.order)}`),
+      h('p', { class: 'budget-text' },
+        h('strong', {}, `${num(allocation.spent)} of your ${num(allocation.epsilon)}`), ' allocation spent ',
+        h('span', { class: 'muted' }, `(${num(allocation.remaining)} left; a release must fit it and the dataset's budget)`))));
+  } else if (own && session()?.role === 'analyst') {
+    rows.push(h('p', { class: 'budget-text allocation-none muted' },
+      "No allocation of your own: your releases draw on the dataset's budget."));
   }
   return h('div', { class: 'budget-summary' }, rows);
 }
@@ -99,9 +149,21 @@ function mechanismParameters(mechanism) {
 }
 
 /**
+ * The names that label a release's output: the dataset's cell names (a release and a listing
+ * page carry them as `cells`) and the release's stored `row_names`; failing those, what was
+ * pasted with the counts (`pasted`: a header line the service never sees, so only the release
+ * just made has it).
+ */
+function outputNames(release, datasetCells, pasted) {
+  return {
+    cells: release.cells ?? datasetCells ?? pasted?.cells ?? null,
+    rows: release.row_names ?? pasted?.rows ?? null,
+  };
+}
+
+/**
  * A release's output: a distribution as bars, or (a `table` release) its distributions as a
- * heat map. `names` ({ cells, rows }, either may be null) are the header and row names pasted
- * with the counts; the service never sees them, so only the release just made has them.
+ * heat map. `names` ({ cells, rows }, either may be null, see `outputNames`) label them.
  */
 function outputChart(release, names) {
   const rows = Array.isArray(release.distributions) ? release.distributions : null;
@@ -260,8 +322,8 @@ const isNumber = (cell) => cell !== '' && Number.isFinite(Number(cell));
 /**
  * The counts field: one line of numbers is a vector (`counts`); several lines are a table
  * (`table`, one row per disjoint group, all over the same cells). An optional header line names
- * the cells, and an optional first column of non-numbers names the rows (both only label the
- * charts: neither is sent).
+ * the cells (it only labels the chart and is never sent), and an optional first column of
+ * non-numbers names a table's rows (sent as `row_names` and stored with the release).
  */
 function parseCounts(text) {
   const lines = text.split(/\r?\n/).map((l) => l.trim()).filter(Boolean);
@@ -297,14 +359,32 @@ function parseCounts(text) {
 }
 
 /** What the pasted counts are, in words ('' while they do not parse). */
-function describeCounts(text) {
-  try {
-    const parsed = parseCounts(text);
-    if (parsed.counts) return `A distribution over ${parsed.counts.length} cells.`;
-    return `A table: ${parsed.table.length} rows × ${parsed.table[0].length} cells, released for one charge.`;
-  } catch {
-    return '';
+function describeCounts(parsed) {
+  if (!parsed) return '';
+  if (parsed.counts) return `A distribution over ${parsed.counts.length} cells.`;
+  return `A table: ${parsed.table.length} rows × ${parsed.table[0].length} cells, released for one charge${parsed.rowNames ? ', with named rows' : ''}.`;
+}
+
+/** Up to `max` names, then how many more. */
+function nameList(names, max = 8) {
+  return names.length <= max ? names.join(', ') : `${names.slice(0, max).join(', ')}, … (${names.length - max} more)`;
+}
+
+/**
+ * Where the pasted counts disagree with the dataset's cell names ('' when they do not): a
+ * different number of cells (the service refuses it), or a header line naming them otherwise
+ * (the dataset's names win: they are what the service stores and returns).
+ */
+function namesWarning(cells, parsed) {
+  if (!cells || !parsed) return '';
+  const width = (parsed.counts ?? parsed.table[0]).length;
+  if (width !== cells.length) {
+    return `This dataset has ${cells.length} named cells (${nameList(cells)}) but ${parsed.table ? 'each row has' : 'the line has'} ${width} values: the service will refuse it.`;
   }
+  if (parsed.labels && parsed.labels.some((name, i) => name !== cells[i])) {
+    return `The header line differs from the dataset's cell names; the dataset's names are used: ${nameList(cells)}.`;
+  }
+  return '';
 }
 
 const MECHANISMS = {
@@ -318,6 +398,7 @@ const MECHANISMS = {
 function releaseForm(dataset, onReleased) {
   const counts = h('textarea', { rows: 4, spellcheck: 'false', autocomplete: 'off' });
   const shape = h('p', { class: 'hint shape', 'aria-live': 'polite' });
+  const warning = h('p', { class: 'hint warning names-warning', 'aria-live': 'polite' });
   const label = h('input', { type: 'text', maxlength: 200, autocomplete: 'off', spellcheck: 'false' });
   const mechanism = h('select', {}, Object.entries(MECHANISMS).map(([k, m]) => h('option', { value: k }, m.label)));
   const epsilon = numberInput({ min: 0, required: true });
@@ -347,7 +428,16 @@ function releaseForm(dataset, onReleased) {
   };
   mechanism.addEventListener('change', () => { syncExtra(); invalidate(); });
   for (const control of [counts, epsilon, extra, label]) control.addEventListener('input', invalidate);
-  counts.addEventListener('input', () => { shape.textContent = describeCounts(counts.value); });
+  counts.addEventListener('input', () => {
+    let parsed = null;
+    try {
+      parsed = parseCounts(counts.value);
+    } catch {
+      parsed = null;
+    }
+    shape.textContent = describeCounts(parsed);
+    warning.textContent = namesWarning(dataset.cells, parsed);
+  });
   syncExtra();
 
   const requestBody = () => {
@@ -357,15 +447,21 @@ function releaseForm(dataset, onReleased) {
     const body = parsed.table
       ? { table: parsed.table, epsilon: eps, mechanism: mechanism.value }
       : { counts: parsed.counts, epsilon: eps, mechanism: mechanism.value };
+    // Row names are public names the user typed next to the rows: the service stores them.
+    if (parsed.table && parsed.rowNames) body.row_names = parsed.rowNames;
     const spec = MECHANISMS[mechanism.value].extra;
     if (spec && extra.value !== '') body[spec[0]] = Number(extra.value);
     if (label.value.trim()) body.label = label.value.trim();
     return { body, names: { cells: parsed.labels, rows: parsed.rowNames ?? null } };
   };
 
+  const cellsHint = dataset.cells
+    ? ` This dataset names its ${dataset.cells.length} cells: give ${dataset.cells.length} values per line, in the order of its cell names (a header line is checked against them; the dataset's names win).`
+    : ' An optional CSV header line names the cells for the chart (it is not sent).';
   const form = h('form', { class: 'release-form', method: 'post', novalidate: true },
-    field('Counts', counts, 'One line of numbers (separated by commas or spaces) for a distribution, or one line per disjoint group of records for a table, all over the same cells. An optional CSV header line names the cells and an optional first column names the rows. The counts are sent to the service and never stored.'),
+    field('Counts', counts, `One line of numbers (separated by commas or spaces) for a distribution, or one line per disjoint group of records for a table, all over the same cells.${cellsHint} An optional first column names a table's rows: those names are sent and stored with the release, so use public names only. The counts are sent to the service and never stored.`),
     shape,
+    warning,
     h('div', { class: 'field-row' },
       field('Mechanism', mechanism),
       field('ε (privacy cost to calibrate to)', epsilon),
@@ -394,22 +490,38 @@ function releaseForm(dataset, onReleased) {
       previewed = { ...request, key: crypto.randomUUID() };
       const after = p.budget_after;
       const fits = p.admissible;
+      // `admissible` needs both; the figures are on the ledger grid, so comparing them is exact.
+      // Not admissible, the `_after` figures are today's (nothing would be charged).
+      const datasetFits = fits || p.cost.epsilon <= after.remaining;
+      const allocation = isLedger(p.allocation_after) ? p.allocation_after : null;
+      const allocationFits = fits || !allocation || p.cost.epsilon <= allocation.remaining;
+      const verdict = (ok, yes, no, extra) => h('dd', { class: ['fits', ok ? 'yes' : 'no', extra] },
+        h('span', { 'aria-hidden': 'true' }, ok ? '✓ ' : '✗ '), ok ? yes : no);
       result.append(h('dl', { class: 'preview', 'data-admissible': String(fits) },
         h('dt', {}, 'Input'), h('dd', {}, request.body.table
           ? `a table of ${request.body.table.length} rows over ${request.body.table[0].length} cells, one charge for all rows`
           : `a distribution over ${request.body.counts.length} cells`),
+        Array.isArray(p.cells) ? [h('dt', {}, 'Cells'), h('dd', { class: 'preview-cells' }, `the dataset's: ${nameList(p.cells)}`)] : null,
         h('dt', {}, 'Cost'), h('dd', { class: 'cost' }, `ε ${num(p.cost.epsilon)} at order λ = ${num(p.cost.order)}`),
         h('dt', {}, 'Fits the budget'),
-        h('dd', { class: fits ? 'fits yes' : 'fits no' },
-          h('span', { 'aria-hidden': 'true' }, fits ? '✓ ' : '✗ '),
-          fits ? `Yes — ${num(after.remaining)} of ${num(after.total)} would remain` : `No — only ${num(after.remaining)} remains; the service would refuse it`),
+        verdict(datasetFits,
+          fits ? `Yes — ${num(after.remaining)} of ${num(after.total)} would remain` : `Yes — ${num(after.remaining)} of ${num(after.total)} remains`,
+          `No — only ${num(after.remaining)} remains; the service would refuse it`),
+        allocation ? [
+          h('dt', {}, 'Fits your allocation'),
+          verdict(allocationFits,
+            fits ? `Yes — ${num(allocation.remaining)} of your ${num(allocation.epsilon)} would remain after it` : `Yes — ${num(allocation.remaining)} of your ${num(allocation.epsilon)} remains`,
+            `No — only ${num(allocation.remaining)} of your allocation of ${num(allocation.epsilon)} remains; the service would refuse it`,
+            'allocation-after'),
+        ] : null,
         h('dt', {}, 'Mechanism'), h('dd', {}, `${p.mechanism.kind}: ${mechanismParameters(p.mechanism)}`),
         Array.isArray(p.forecasts)
           ? [h('dt', {}, 'Forecast per row'), h('dd', {}, forecastTable(p.forecasts, request.names.rows))]
           : forecastItems(p.forecast)));
       releaseButton.disabled = !fits;
       releaseButton.textContent = fits ? `Release (spends ε ${num(p.cost.epsilon)})` : 'Release (does not fit)';
-      announce(fits ? 'Preview ready; the release fits the budget.' : 'Preview ready; the release does not fit the budget.');
+      const why = !datasetFits ? 'the budget' : !allocationFits ? 'your allocation' : 'the budget';
+      announce(fits ? 'Preview ready; the release fits.' : `Preview ready; the release does not fit ${why}.`);
     } catch (error) {
       result.append(problemBox(error));
     } finally {
@@ -448,17 +560,247 @@ function releaseForm(dataset, onReleased) {
   return form;
 }
 
+// ------------------------------------------------------------------ allocations
+
+/** Analyst tokens that may use the dataset and can be given an allocation now. */
+function assignableTokens(tokens, datasetId) {
+  const now = Date.now();
+  return tokens.filter((t) => t.role === 'analyst' && !t.revoked_at
+    && !(t.expires_at && Date.parse(t.expires_at) <= now)
+    && Array.isArray(t.datasets) && t.datasets.includes(datasetId));
+}
+
+/** The ledger's grid: every charge and allocation is a multiple of 2⁻⁴⁰ (src/ledger/charge.rs). */
+const LEDGER_QUANTUM = 2 ** -40;
+
+/**
+ * An allocation as someone would have typed it: the service keeps 0.3 as the grid point below
+ * it (0.29999999999927…), so the shortest decimal that the service rounds down to the same point
+ * (saving it unchanged changes nothing); the exact value when no shorter one does.
+ */
+function typedEpsilon(epsilon) {
+  for (let digits = 1; digits < 17; digits += 1) {
+    const typed = Number(epsilon.toPrecision(digits));
+    if (typed >= epsilon && typed - epsilon < LEDGER_QUANTUM) return typed;
+  }
+  return epsilon;
+}
+
+/** An allocation change's ε, or that there was none. */
+const changeValue = (epsilon) => (epsilon === null || epsilon === undefined ? 'none' : num(epsilon));
+
+/** The audit trail of allocations (the service gives it oldest first), newest first. */
+function changesTable(changes) {
+  const newest = [...changes].reverse();
+  return h('div', { class: 'table-scroll' }, h('table', { class: 'allocation-changes' },
+    h('caption', {}, `Changes, newest first (${changes.length})`),
+    h('thead', {}, h('tr', {}, ['When', 'Token', 'Old ε', 'New ε', 'Changed by'].map((c) => h('th', { scope: 'col' }, c)))),
+    h('tbody', {}, newest.map((c) => h('tr', {},
+      h('td', { class: 'when' }, h('time', { datetime: c.changed_at }, when(c.changed_at))),
+      h('td', {}, h('code', {}, c.token_id)),
+      h('td', { class: 'num' }, changeValue(c.old_epsilon)),
+      h('td', { class: 'num' }, changeValue(c.new_epsilon)),
+      h('td', {}, c.changed_by))))));
+}
+
+/**
+ * The dataset page's "Allocations" section. The admin sees every analyst token's allocation on
+ * the dataset with spent and remaining, sets one for any analyst token that may use the dataset,
+ * edits and removes them, and reads the audit trail; an analyst sees their own (or that they
+ * have none) and its changes. `reload()` fetches and redraws (spent moves with releases).
+ */
+function allocationsPanel(dataset) {
+  const me = session();
+  const admin = me.role === 'admin';
+  const order = num(dataset.budget.order);
+  const messages = h('div', { class: 'allocation-messages', 'aria-live': 'polite' });
+  const listSlot = h('div', { class: 'allocations-list' });
+  const historySlot = h('div', { class: 'allocations-history' });
+  const base = `/v1/datasets/${encodeURIComponent(dataset.id)}/allocations`;
+  let form = null;
+  let noTokens = null;
+  let tokenSelect = null;
+  let epsilonInput = null;
+  let reload = null;
+
+  const show = (node, focus = false) => {
+    clear(messages).append(node);
+    if (focus) node.focus();
+  };
+  // After a change the service accepted: redraw, and say so if the redraw itself fails (the
+  // change stands either way).
+  const refresh = async () => {
+    try {
+      await reload();
+    } catch (error) {
+      messages.append(problemBox(error));
+    }
+  };
+
+  if (admin) {
+    tokenSelect = h('select', { required: true });
+    epsilonInput = numberInput({ min: 0, required: true });
+    const save = h('button', { type: 'submit' }, 'Save allocation');
+    form = h('form', { class: 'allocation-form', method: 'post', novalidate: true },
+      h('h3', {}, 'Set or change an allocation'),
+      h('div', { class: 'field-row' },
+        field('Analyst token', tokenSelect, 'Analyst tokens whose scope includes this dataset (not revoked or expired).'),
+        field(`Allocation ε (at λ = ${order})`, epsilonInput, "RDP at the dataset's order; 0 blocks the token's releases here.")),
+      h('div', { class: 'actions' }, save));
+    noTokens = h('p', { class: 'empty', hidden: true }, 'No analyst token may use this dataset yet: ',
+      h('a', { href: '#/new-token' }, 'create one'), ' to give it an allocation.');
+    form.addEventListener('submit', async (event) => {
+      event.preventDefault();
+      clear(messages);
+      const tokenId = tokenSelect.value;
+      if (!tokenId) {
+        show(problemBox(new Problem(0, { title: 'Choose a token', detail: 'Pick the analyst token to give an allocation to.' })));
+        return;
+      }
+      if (epsilonInput.value.trim() === '') {
+        show(problemBox(new Problem(0, { title: 'ε is required', detail: "Give the allocation as ε at the dataset's order (0 or more)." })));
+        return;
+      }
+      busy(save, true);
+      try {
+        const set = await call('PUT', `${base}/${encodeURIComponent(tokenId)}`, { body: { epsilon: Number(epsilonInput.value) } });
+        epsilonInput.value = '';
+        tokenSelect.value = '';
+        show(successBox(`Allocation of ${set.token_id} set to ε ${num(set.epsilon)}: ${num(set.spent)} spent, ${num(set.remaining)} left.`));
+        announce(`Allocation of ${set.token_id} saved.`);
+        await refresh();
+      } catch (error) {
+        show(problemBox(error));
+      } finally {
+        busy(save, false);
+      }
+    });
+  }
+
+  const edit = (a) => {
+    tokenSelect.value = a.token_id;
+    epsilonInput.value = String(typedEpsilon(a.epsilon));
+    clear(messages);
+    epsilonInput.focus();
+    epsilonInput.select();
+    announce(`Editing the allocation of ${a.token_id}: change ε and save.`);
+  };
+
+  const remove = async (a, button) => {
+    clear(messages);
+    busy(button, true);
+    try {
+      await call('DELETE', `${base}/${encodeURIComponent(a.token_id)}`);
+      // The button goes away with the redraw: the message takes the focus.
+      show(successBox(`Removed the allocation of ${a.token_id}: its releases draw on the dataset's budget again (what it spent stays spent).`), true);
+      await refresh();
+    } catch (error) {
+      // Someone else may have changed it meanwhile (404): show the problem and what holds now.
+      show(problemBox(error));
+      await refresh();
+    } finally {
+      busy(button, false);
+    }
+  };
+
+  const adminList = (allocations, assignable) => {
+    const usable = new Set(assignable.map((t) => t.id));
+    const rows = allocations.map((a) => h('tr', { 'data-token': a.token_id },
+      h('th', { scope: 'row' }, h('code', {}, a.token_id), usable.has(a.token_id) ? null : h('span', { class: 'tag' }, 'revoked or expired')),
+      h('td', { class: 'num' }, num(a.epsilon)),
+      h('td', { class: 'num' }, num(a.spent)),
+      h('td', { class: 'num' }, num(a.remaining)),
+      h('td', { class: 'budget-cell used' }, budgetBar(a.spent, a.epsilon, `Allocation of ${a.token_id}`)),
+      h('td', { class: 'row-actions' },
+        usable.has(a.token_id) ? h('button', {
+          type: 'button', class: 'secondary small', 'aria-label': `Edit the allocation of ${a.token_id}`, onclick: () => edit(a),
+        }, 'Edit') : null,
+        h('button', {
+          type: 'button', class: 'secondary small danger', 'aria-label': `Remove the allocation of ${a.token_id}`,
+          onclick: (event) => remove(a, event.currentTarget),
+        }, 'Remove'))));
+    return rows.length
+      ? h('div', { class: 'table-scroll' }, h('table', { class: 'allocations' },
+        h('caption', {}, `${rows.length} allocation${rows.length === 1 ? '' : 's'} at λ = ${order}`),
+        h('thead', {}, h('tr', {}, ['Token', 'Allocation (ε)', 'Spent', 'Remaining', 'Used', 'Actions'].map((c) => h('th', { scope: 'col', class: c === 'Used' ? 'used' : null }, c)))),
+        h('tbody', {}, rows)))
+      : h('p', { class: 'empty' }, "No allocations: every analyst token draws on the dataset's budget.");
+  };
+
+  const fillTokens = (allocations, assignable) => {
+    const kept = tokenSelect.value;
+    const byToken = new Map(allocations.map((a) => [a.token_id, a]));
+    clear(tokenSelect).append(
+      h('option', { value: '' }, assignable.length ? 'Choose a token…' : 'No analyst token may use this dataset'),
+      ...assignable.map((t) => {
+        const a = byToken.get(t.id);
+        return h('option', { value: t.id }, `${t.id} — ${a ? `allocation ε ${num(a.epsilon)}` : 'no allocation'} (created ${when(t.created_at)})`);
+      }));
+    tokenSelect.value = assignable.some((t) => t.id === kept) ? kept : '';
+  };
+
+  const ownView = (allocation) => (allocation
+    ? h('div', { class: 'budget-line allocation-own', 'data-token': allocation.token_id },
+      budgetBar(allocation.spent, allocation.epsilon, 'Your allocation'),
+      h('p', { class: 'budget-text' },
+        h('strong', {}, `Your allocation: ε ${num(allocation.epsilon)}`), ` at λ = ${order}, ${num(allocation.spent)} spent, ${num(allocation.remaining)} left. `,
+        h('span', { class: 'muted' }, "A release must fit both your allocation and the dataset's remaining budget.")))
+    : h('p', { class: 'allocation-own allocation-none' },
+      "You have no allocation on this dataset: your releases draw on the dataset's budget, shared with everyone who may use it."));
+
+  reload = async () => {
+    const [list, tokens] = await Promise.all([
+      call('GET', base),
+      admin ? call('GET', '/v1/tokens') : null,
+    ]);
+    const allocations = Array.isArray(list.allocations) ? list.allocations : [];
+    const changes = Array.isArray(list.changes) ? list.changes : [];
+    if (admin) {
+      const assignable = assignableTokens(tokens.items || [], dataset.id);
+      clear(listSlot).append(adminList(allocations, assignable));
+      fillTokens(allocations, assignable);
+      form.hidden = !assignable.length;
+      noTokens.hidden = !!assignable.length;
+    } else {
+      clear(listSlot).append(ownView(allocations.find((a) => a.token_id === me.token_id) ?? null));
+    }
+    clear(historySlot);
+    if (changes.length) historySlot.append(h('h3', {}, admin ? 'History' : 'Changes to your allocation'), changesTable(changes));
+  };
+
+  const intro = admin
+    ? h('p', { class: 'hint' }, `An allocation caps what one analyst token may spend on this dataset (ε at λ = ${order}). A release by that token must fit both its allocation and the dataset's budget; tokens without one draw on the dataset's budget. Allocations may add up to more than the budget (the budget still binds), and lowering one below what the token spent blocks it without losing anything.`)
+    : null;
+  const element = section('Allocations', intro, listSlot, messages, form, noTokens, historySlot);
+  element.classList.add('allocations-section');
+  return { element, reload };
+}
+
+/** A dataset's cell names, in order (the first 60; every chart's numbers list them all). */
+function cellNames(cells) {
+  const shown = cells.slice(0, 60);
+  const headingId = id('cells');
+  return h('div', { class: 'cell-names' },
+    h('span', { class: 'cell-names-title', id: headingId }, `${cells.length} named cells:`),
+    h('ol', { 'aria-labelledby': headingId }, shown.map((name) => h('li', {}, name))),
+    cells.length > shown.length ? h('span', { class: 'muted' }, `… and ${cells.length - shown.length} more`) : null);
+}
+
 async function renderDataset(datasetId) {
   const dataset = await call('GET', `/v1/datasets/${encodeURIComponent(datasetId)}`);
-  const budgetSlot = h('div');
+  const budgetSlot = h('div', { class: 'budget-slot' });
   const chartSlot = h('div');
   const tableSlot = h('div');
   const outputSlot = h('div', { class: 'output', 'aria-live': 'polite' });
   const cursors = [null]; // `before` of each page shown so far
   let page = 0;
 
-  const showOutput = (release, names) => {
-    clear(outputSlot).append(h('h3', {}, `Output of release #${release.seq}`), outputChart(release, names));
+  const allocations = allocationsPanel(dataset);
+  // Cell names are fixed at registration: a listing page's `cells` are the dataset's.
+  let pageCells = dataset.cells ?? null;
+
+  const showOutput = (release, pasted) => {
+    clear(outputSlot).append(h('h3', {}, `Output of release #${release.seq}`), outputChart(release, outputNames(release, pageCells, pasted)));
   };
 
   const loadLedger = async () => {
@@ -466,7 +808,7 @@ async function renderDataset(datasetId) {
       call('GET', `/v1/datasets/${dataset.id}/budget`),
       allReleases(dataset.id),
     ]);
-    clear(budgetSlot).append(budgetSummary(dataset, budget));
+    clear(budgetSlot).append(budgetSummary(dataset, budget, { own: true }));
     // A capped history holds the newest releases: the older ones' spend is what the ledger has
     // spent beyond them, so the curve starts there instead of at 0.
     const fetched = history.items.reduce((sum, r) => sum + r.cost.epsilon, 0);
@@ -483,6 +825,7 @@ async function renderDataset(datasetId) {
     const query = new URLSearchParams({ limit: String(PAGE) });
     if (cursors[page] !== null) query.set('before', String(cursors[page]));
     const list = await call('GET', `/v1/datasets/${dataset.id}/releases?${query}`);
+    if (Array.isArray(list.cells)) pageCells = list.cells;
     cursors[page + 1] = list.next_before ?? null;
     const rows = list.items.map((r) => h('tr', { 'data-seq': r.seq },
       h('td', { class: 'num' }, String(r.seq)),
@@ -513,7 +856,7 @@ async function renderDataset(datasetId) {
   const form = releaseForm(dataset, async (release, names) => {
     page = 0;
     cursors.length = 1;
-    await Promise.all([loadLedger(), loadPage()]);
+    await Promise.all([loadLedger(), loadPage(), allocations.reload()]);
     if (release) showOutput(release, names);
   });
 
@@ -524,16 +867,37 @@ async function renderDataset(datasetId) {
       `Relation: ${dataset.neighbouring.replaceAll('_', ' ')} · order λ = ${num(dataset.budget.order)} · budget ${num(ledgerTotal(dataset))}`,
       dataset.budget.delta != null ? ` (ε ${num(dataset.budget.epsilon)}, δ ${dataset.budget.delta})` : '',
       ` · created ${when(dataset.created_at)} · `, h('code', {}, dataset.id)),
+    dataset.cells ? cellNames(dataset.cells) : '', // Element.append writes null as text
     budgetSlot,
     section('Spend over time', chartSlot),
+    allocations.element,
     section('Preview and release', form),
     section('Releases', tableSlot, outputSlot));
   // The spend chart's history is summaries (no outputs): the newest output is the page's.
-  const [, list] = await Promise.all([loadLedger(), loadPage()]);
+  const [, list] = await Promise.all([loadLedger(), loadPage(), allocations.reload()]);
   if (list.items[0]) showOutput(list.items[0]);
 }
 
 // ------------------------------------------------------------------ admin forms
+
+/**
+ * The registration form's cell names: one per line (a name may then hold commas), or all on one
+ * line separated by commas; blank entries are dropped. Null when none are given.
+ */
+function parseCellNames(text) {
+  const lines = text.split(/\r?\n/).map((l) => l.trim()).filter(Boolean);
+  if (!lines.length) return null;
+  const names = lines.length > 1 ? lines : lines[0].split(',').map((c) => c.trim()).filter(Boolean);
+  if (names.length < 2) {
+    throw new Problem(0, { title: 'At least two cell names', detail: 'Name every cell (a release has 2 cells or more), or leave the field empty.' });
+  }
+  const seen = new Set();
+  for (const name of names) {
+    if (seen.has(name)) throw new Problem(0, { title: 'Cell names repeat', detail: `“${name}” is given twice: each name must pick out one cell.` });
+    seen.add(name);
+  }
+  return names;
+}
 
 function renderNewDataset() {
   const name = h('input', { type: 'text', required: true, maxlength: 200, autocomplete: 'off' });
@@ -542,6 +906,16 @@ function renderNewDataset() {
   const order = numberInput({ min: 1, value: '2' });
   const delta = numberInput({ min: 0, max: 1, value: '1e-6' });
   const relation = h('select', {}, h('option', { value: 'replace_one' }, 'replace one record (Δ2² = 2, Δ∞ = 1)'), h('option', { value: 'add_remove_one' }, 'add or remove one record'));
+  const cells = h('textarea', { rows: 3, spellcheck: 'false', autocomplete: 'off' });
+  const cellsCount = h('p', { class: 'hint shape', 'aria-live': 'polite' });
+  cells.addEventListener('input', () => {
+    try {
+      const names = parseCellNames(cells.value);
+      cellsCount.textContent = names ? `${names.length} cell names: every release will have ${names.length} cells, labelled with them.` : '';
+    } catch (error) {
+      cellsCount.textContent = `${error.title}.`;
+    }
+  });
   const deltaField = field('δ', delta, 'The (ε, δ) target is converted to a Rényi-DP budget at the order (chosen for you when left empty).');
   const orderHint = h('span');
   const sync = () => {
@@ -560,6 +934,8 @@ function renderNewDataset() {
     field('Order λ', order, orderHint),
     deltaField,
     field('Neighbouring relation', relation),
+    field('Cell names (optional)', cells, 'Public names of the cells, in order: one per line, or on one line separated by commas (at least 2, all different, up to 200 characters each). They are stored with the dataset and label every chart; every release must then have exactly this many cells.'),
+    cellsCount,
     errors, button);
   orderHint.textContent = 'The ledger keeps every charge at this Rényi order.';
   sync();
@@ -569,9 +945,17 @@ function renderNewDataset() {
     const budget = { epsilon: Number(epsilon.value) };
     if (order.value !== '') budget.order = Number(order.value);
     if (kind.value === 'dp') budget.delta = Number(delta.value);
+    const body = { name: name.value, budget, neighbouring: relation.value };
+    try {
+      const names = parseCellNames(cells.value);
+      if (names) body.cells = names;
+    } catch (error) {
+      errors.append(problemBox(error));
+      return;
+    }
     busy(button, true);
     try {
-      const created = await call('POST', '/v1/datasets', { body: { name: name.value, budget, neighbouring: relation.value } });
+      const created = await call('POST', '/v1/datasets', { body });
       announce(`Registered ${created.name}.`);
       location.hash = `#/datasets/${created.id}`;
     } catch (error) {

@@ -17,6 +17,15 @@ export function budgetBar(spent, total, label) {
   s('rect', { class: 'fill', x: 0, y: 0, width: (100 * fraction).toFixed(3), height: 10, rx: 2 }));
 }
 
+/** `text` cut to `chars` characters, an ellipsis marking the cut (the full text is in titles). */
+function fit(text, chars) {
+  const all = [...String(text)];
+  return all.length <= chars ? all.join('') : `${all.slice(0, Math.max(1, chars - 1)).join('')}…`;
+}
+
+/** About this many pixels per character at the charts' 11 px font. */
+const CHAR_PX = 6.2;
+
 function maxOf(values) {
   let m = 1e-12;
   for (const v of values) if (v > m) m = v;
@@ -92,7 +101,10 @@ export function spendChart({ releases, total, start, end, order, before = 0 }) {
     h('figcaption', {}, summary, '. The dashed line is the budget.'));
 }
 
-/** A distribution as bars (values in [0, 1]); at most 200 bars are labelled. */
+/**
+ * A distribution as bars (values in [0, 1]); at most 24 bars carry an axis label, cut to the
+ * room they have (each bar's title and the data table give the full name).
+ */
 export function barChart(values, labels, caption) {
   const W = 720; const H = 240;
   const m = { l: 48, r: 12, t: 18, b: 42 };
@@ -102,13 +114,14 @@ export function barChart(values, labels, caption) {
   const y = (v) => H - m.b - (v / vMax) * (H - m.t - m.b);
   const showValues = n <= 24;
   const every = Math.ceil(n / 24);
+  const labelChars = Math.max(2, Math.floor((band * every - 4) / CHAR_PX));
   const bars = values.map((v, i) => {
     const name = labels?.[i] ?? `cell ${i}`;
     return s('g', { class: 'bar' },
       s('rect', { x: m.l + i * band + band * 0.1, y: y(v), width: Math.max(band * 0.8, 0.5), height: Math.max(0, y(0) - y(v)) },
         s('title', {}, `${name}: ${num(v)}`)),
       showValues ? s('text', { class: 'bar-value', x: m.l + (i + 0.5) * band, y: y(v) - 4, 'text-anchor': 'middle' }, num(v, 2)) : null,
-      i % every === 0 ? s('text', { class: 'axis-label', x: m.l + (i + 0.5) * band, y: H - m.b + 16, 'text-anchor': 'middle' }, String(labels?.[i] ?? i).slice(0, 10)) : null);
+      i % every === 0 ? s('text', { class: 'axis-label', x: m.l + (i + 0.5) * band, y: H - m.b + 16, 'text-anchor': 'middle' }, fit(labels?.[i] ?? i, labelChars)) : null);
   });
   const grid = ticks(vMax * 0.999).map((v) => s('g', { class: 'tick' },
     s('line', { x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }),
@@ -133,9 +146,17 @@ export function heatMap(rows, caption, { rowLabels, colLabels } = {}) {
   const colName = (j) => String(colLabels?.[j] ?? j);
   const cell = Math.max(10, Math.min(56, Math.floor(640 / nCols)));
   const rowH = Math.max(14, Math.min(30, cell));
-  const longest = Math.max(...rows.map((_, i) => rowName(i).slice(0, 16).length));
-  const m = { l: Math.max(56, 7 * longest + 12), t: 24 };
-  const W = m.l + nCols * cell + 12; const H = m.t + nRows * rowH + 8;
+  const longest = Math.max(...rows.map((_, i) => fit(rowName(i), 16).length));
+  // Column labels: every one up to 24 columns, then evenly spaced. Names wider than their
+  // column are written at 45° (up to 24 characters) rather than cut to a few letters.
+  const stride = nCols <= 24 ? 1 : Math.ceil(nCols / 24);
+  const labelled = Array.from({ length: nCols }, (_, j) => j).filter((j) => j % stride === 0);
+  const flatChars = Math.max(2, Math.floor((cell * stride - 4) / CHAR_PX));
+  const widest = Math.max(...labelled.map((j) => [...colName(j)].length));
+  const slanted = colLabels && widest > flatChars;
+  const rise = slanted ? Math.ceil(Math.min(widest, 24) * CHAR_PX * Math.SQRT1_2) : 0;
+  const m = { l: Math.max(56, 7 * longest + 12), t: 24 + rise };
+  const W = m.l + nCols * cell + 12 + rise; const H = m.t + nRows * rowH + 8;
   const vMax = maxOf(rows.map(maxOf));
   const showValues = cell >= 40;
   const shade = (v) => Math.min(8, Math.floor((v / vMax) * 9));
@@ -147,10 +168,13 @@ export function heatMap(rows, caption, { rowLabels, colLabels } = {}) {
         s('title', {}, `${rowName(i)}, ${colName(j)}: ${num(v)}`)),
       showValues ? s('text', { class: ['heat-value', shade(v) >= 5 ? 'on-dark' : ''], x: m.l + j * cell + cell / 2, y: m.t + i * rowH + rowH / 2 + 4, 'text-anchor': 'middle' }, num(v, 2)) : null));
   }));
-  const rowText = rows.map((_, i) => s('text', { class: 'axis-label', x: m.l - 6, y: m.t + i * rowH + rowH / 2 + 4, 'text-anchor': 'end' }, rowName(i).slice(0, 16)));
-  // About 6 px per character at the chart's font size.
-  const colText = Array.from({ length: nCols }, (_, j) => j).filter((j) => nCols <= 24 || j % Math.ceil(nCols / 24) === 0)
-    .map((j) => s('text', { class: 'axis-label', x: m.l + j * cell + cell / 2, y: m.t - 8, 'text-anchor': 'middle' }, colName(j).slice(0, Math.max(2, Math.floor(cell / 6)))));
+  const rowText = rows.map((_, i) => s('text', { class: 'axis-label row-label', x: m.l - 6, y: m.t + i * rowH + rowH / 2 + 4, 'text-anchor': 'end' }, fit(rowName(i), 16)));
+  const colText = labelled.map((j) => {
+    const x = m.l + j * cell + cell / 2;
+    return slanted
+      ? s('text', { class: 'axis-label col-label', x: x - 3, y: m.t - 6, 'text-anchor': 'start', transform: `rotate(-45 ${x - 3} ${m.t - 6})` }, fit(colName(j), 24))
+      : s('text', { class: 'axis-label col-label', x, y: m.t - 8, 'text-anchor': 'middle' }, fit(colName(j), flatChars));
+  });
   return h('figure', { class: 'chart-figure' },
     s('svg', { class: 'chart heat-map', viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-label': summary, 'data-rows': nRows },
       s('title', {}, summary), ...rowText, ...colText, ...cells),
