@@ -15,7 +15,13 @@
 //!   copy is a lower bound on them: a budget check against it that refuses would also refuse
 //!   against the database, and one that admits is repeated, atomically, by the commit.
 //!
-//! Both are bounded: when full, a cache is emptied rather than grown.
+//! - Exhausted allocations: which (dataset, analyst token) pairs an allocation refused on this
+//!   replica. Not a copy of the allocation (the admin can raise it on any replica): a release by
+//!   such a pair re-reads the allocation before drawing, and is refused there if it still does
+//!   not fit, so an analyst at their limit does not make the service draw samples it must throw
+//!   away. Everyone else's releases read nothing more.
+//!
+//! All are bounded: when full, a cache is emptied rather than grown.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -33,6 +39,7 @@ const MAX_ENTRIES: usize = 10_000;
 pub struct Caches {
     tokens: RwLock<HashMap<String, (Arc<TokenRecord>, Instant)>>,
     datasets: RwLock<HashMap<Uuid, Arc<Dataset>>>,
+    exhausted_allocations: RwLock<HashMap<(Uuid, String), ()>>,
 }
 
 fn insert<K: std::hash::Hash + Eq, V>(map: &RwLock<HashMap<K, V>>, key: K, value: V) {
@@ -74,6 +81,34 @@ impl Caches {
         let dataset = Arc::new(dataset);
         insert(&self.datasets, dataset.id, dataset.clone());
         dataset
+    }
+
+    /// Whether an allocation refused a release of `token_id` on `dataset` here, and has not been
+    /// seen to admit one since.
+    pub fn allocation_exhausted(&self, dataset: Uuid, token_id: &str) -> bool {
+        let map = self
+            .exhausted_allocations
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        map.contains_key(&(dataset, token_id.to_owned()))
+    }
+
+    /// Record that the allocation of `token_id` on `dataset` refused a release (`true`), or
+    /// that it was seen to have room (`false`).
+    pub fn set_allocation_exhausted(&self, dataset: Uuid, token_id: &str, exhausted: bool) {
+        if exhausted {
+            insert(
+                &self.exhausted_allocations,
+                (dataset, token_id.to_owned()),
+                (),
+            );
+        } else {
+            let mut map = self
+                .exhausted_allocations
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            map.remove(&(dataset, token_id.to_owned()));
+        }
     }
 
     /// Move a cached dataset's ledger figures forward to a budget the database returned.
@@ -121,5 +156,17 @@ mod tests {
         caches.verified_token(record(), now);
         caches.forget_token("00ff");
         assert!(caches.token("00ff").is_none());
+    }
+
+    #[test]
+    fn exhausted_allocations_are_per_dataset_and_token() {
+        let caches = Caches::default();
+        let (a, b) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        caches.set_allocation_exhausted(a, "t1", true);
+        assert!(caches.allocation_exhausted(a, "t1"));
+        assert!(!caches.allocation_exhausted(a, "t2"));
+        assert!(!caches.allocation_exhausted(b, "t1"));
+        caches.set_allocation_exhausted(a, "t1", false);
+        assert!(!caches.allocation_exhausted(a, "t1"));
     }
 }

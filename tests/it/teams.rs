@@ -106,9 +106,19 @@ async fn allocations_share_a_dataset(backend: Backend) {
     assert_eq!(problem["allocation"]["remaining"], 0.125, "{problem}");
     assert_eq!(problem["budget"]["spent"], 0.25, "{problem}");
     assert_eq!(app.budget(&dataset).await["spent"], 0.25);
-    // What is left of it fits exactly.
-    let fits = app.post(&releases, &a, &release(0.125)).await;
-    assert_eq!(fits.status(), StatusCode::CREATED);
+    // Refused again (this time before drawing: the replica remembers the refusal and re-reads
+    // the allocation); raised by the admin, the same release is admitted at once, and lowered
+    // back, what is left of it fits exactly.
+    let again = app.post(&releases, &a, &release(0.25)).await;
+    assert_problem(again, StatusCode::CONFLICT, "allocation-exhausted").await;
+    let response = put(&app, &set(&a_id), ADMIN_TOKEN, &json!({"epsilon": 0.5})).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let raised = app.post(&releases, &a, &release(0.125)).await;
+    assert_eq!(raised.status(), StatusCode::CREATED);
+    let response = put(&app, &set(&a_id), ADMIN_TOKEN, &json!({"epsilon": 0.375})).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let over = app.post(&releases, &a, &release(0.125)).await;
+    assert_problem(over, StatusCode::CONFLICT, "allocation-exhausted").await;
 
     // B draws on its own allocation; the dataset cap binds before B's allocation does.
     let b_release = app.post(&releases, &b, &release(0.5)).await;
@@ -153,6 +163,8 @@ async fn allocations_share_a_dataset(backend: Backend) {
         vec![
             (a_id.clone(), Value::Null, json!(0.375)),
             (b_id.clone(), Value::Null, json!(0.75)),
+            (a_id.clone(), json!(0.375), json!(0.5)),
+            (a_id.clone(), json!(0.5), json!(0.375)),
             (a_id.clone(), json!(0.375), json!(0.125)),
         ]
     );
@@ -165,7 +177,7 @@ async fn allocations_share_a_dataset(backend: Backend) {
     let own: Value = app.get(&allocations, &a).await.json().await.unwrap();
     assert_eq!(own["allocations"].as_array().unwrap().len(), 1);
     assert_eq!(own["allocations"][0]["token_id"], a_id.as_str());
-    assert_eq!(own["changes"].as_array().unwrap().len(), 2);
+    assert_eq!(own["changes"].as_array().unwrap().len(), 4);
 
     // Removing it: gone from the list, recorded, and a second removal is 404.
     let removed = delete(&app, &set(&a_id), ADMIN_TOKEN).await;
@@ -179,7 +191,7 @@ async fn allocations_share_a_dataset(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(listed["allocations"].as_array().unwrap().len(), 1);
-    assert_eq!(listed["changes"].as_array().unwrap().len(), 4);
+    assert_eq!(listed["changes"].as_array().unwrap().len(), 6);
     // Without an allocation A draws on the dataset as before (0.125 of it is left).
     let free = app.post(&releases, &a, &release(0.125)).await;
     assert_eq!(free.status(), StatusCode::CREATED);

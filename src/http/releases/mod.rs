@@ -31,7 +31,9 @@ use super::views::{
     allocation_json, budget_json, names, AllocationView, BudgetView, CostView, ReleaseView,
 };
 use super::AppState;
-use crate::ledger::{BudgetState, CommitOutcome, Dataset, Idempotency, Names, NewRelease};
+use crate::ledger::{
+    Allocation, BudgetState, CommitOutcome, Dataset, Idempotency, Names, NewRelease, Units,
+};
 use crate::privacy::utility::Forecast;
 use crate::release::record::Mechanism;
 use crate::release::request::{Context, Input, Request, RequestBody, RequestError};
@@ -306,6 +308,27 @@ async fn create(
         return Err(e);
     }
 
+    // An analyst whose allocation refused a release here: read it again before drawing (the
+    // admin may have raised it on any replica), and refuse without a draw if it still has no
+    // room. The commit decides either way; this only saves the sample.
+    if let Caller::Analyst { token_id, .. } = &caller {
+        if state.caches.allocation_exhausted(id, token_id) {
+            match state
+                .store
+                .list_allocations(id, Some(token_id))
+                .await?
+                .pop()
+            {
+                Some(allocation) if !allocation.admits(plan.charge) => {
+                    let e = allocation_exhausted(&allocation, &dataset.budget(), plan.charge);
+                    state.metrics.refusal(&e);
+                    return Err(e);
+                }
+                _ => state.caches.set_allocation_exhausted(id, token_id, false),
+            }
+        }
+    }
+
     // Draw and commit in a task of their own: if the client goes away or the request times
     // out, the commit still completes or rolls back as a whole (and a retry with the same
     // Idempotency-Key gets the stored release); it is never cut between "charged" and "stored".
@@ -390,16 +413,10 @@ async fn create(
         }
         CommitOutcome::AllocationExhausted { allocation, budget } => {
             state.caches.observe_budget(id, &budget);
-            let e = ApiError::AllocationExhausted {
-                detail: format!(
-                    "the release would exceed this token's allocation on the dataset: it costs {} at order {} but only {} of the allocation remains",
-                    asked.to_f64(),
-                    budget.order.get(),
-                    allocation.remaining().to_f64()
-                ),
-                allocation: allocation_json(&allocation),
-                budget: budget_json(&budget),
-            };
+            state
+                .caches
+                .set_allocation_exhausted(id, &allocation.token_id, true);
+            let e = allocation_exhausted(&allocation, &budget, asked);
             state.metrics.refusal(&e);
             Err(e)
         }
@@ -409,6 +426,19 @@ async fn create(
             state.metrics.refusal(&e);
             Err(e)
         }
+    }
+}
+
+fn allocation_exhausted(allocation: &Allocation, budget: &BudgetState, charge: Units) -> ApiError {
+    ApiError::AllocationExhausted {
+        detail: format!(
+            "the release would exceed this token's allocation on the dataset: it costs {} at order {} but only {} of the allocation remains",
+            charge.to_f64(),
+            budget.order.get(),
+            allocation.remaining().to_f64()
+        ),
+        allocation: allocation_json(allocation),
+        budget: budget_json(budget),
     }
 }
 
