@@ -666,9 +666,10 @@ function allocationsPanel(dataset) {
         const set = await call('PUT', `${base}/${encodeURIComponent(tokenId)}`, { body: { epsilon: Number(epsilonInput.value) } });
         epsilonInput.value = '';
         tokenSelect.value = '';
+        // The table first, then the message: what the message says is on screen when it shows.
+        await refresh();
         show(successBox(`Allocation of ${set.token_id} set to ε ${num(set.epsilon)}: ${num(set.spent)} spent, ${num(set.remaining)} left.`));
         announce(`Allocation of ${set.token_id} saved.`);
-        await refresh();
       } catch (error) {
         show(problemBox(error));
       } finally {
@@ -691,9 +692,9 @@ function allocationsPanel(dataset) {
     busy(button, true);
     try {
       await call('DELETE', `${base}/${encodeURIComponent(a.token_id)}`);
-      // The button goes away with the redraw: the message takes the focus.
-      show(successBox(`Removed the allocation of ${a.token_id}: its releases draw on the dataset's budget again (what it spent stays spent).`), true);
       await refresh();
+      // The button went away with the redraw: the message takes the focus.
+      show(successBox(`Removed the allocation of ${a.token_id}: its releases draw on the dataset's budget again (what it spent stays spent).`), true);
     } catch (error) {
       // Someone else may have changed it meanwhile (404): show the problem and what holds now.
       show(problemBox(error));
