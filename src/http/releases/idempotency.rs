@@ -1,10 +1,11 @@
 //! Retries: the `Idempotency-Key` header, the request fingerprint it is bound to, and the
 //! replay of a stored release (never a fresh sample: that would leak more than was paid for).
 
+use std::collections::BTreeMap;
+
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use std::collections::BTreeMap;
 use subtle::ConstantTimeEq;
 use utoipa::openapi::RefOr;
 use utoipa::ToSchema;

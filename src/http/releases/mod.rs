@@ -10,13 +10,12 @@
 mod idempotency;
 mod list;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use std::borrow::Cow;
-
 use serde::Serialize;
 use utoipa::openapi::schema::Schema;
 use utoipa::openapi::RefOr;
