@@ -6,6 +6,7 @@
 //! - [`store`]: the SQL of each backend (PostgreSQL, SQLite).
 //! - [`http`]: routes, extractors and the one API error type.
 //! - [`wire`]: serde helpers of the JSON wire format (bounded number sequences, non-null options).
+//! - [`schema`]: JSON Schema building blocks of the API description generated from the code.
 //! - [`config`], [`telemetry`], [`startup`]: wiring.
 
 pub mod access;
@@ -14,6 +15,7 @@ pub mod http;
 pub mod ledger;
 pub mod privacy;
 pub mod release;
+pub mod schema;
 pub mod startup;
 pub mod store;
 pub mod telemetry;

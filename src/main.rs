@@ -20,6 +20,8 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    // Before the announcement: whoever reads it may signal at once.
+    let shutdown = shutdown_signal();
     let addr = app.local_addr();
     println!(
         "dirichlet-release listening on http://{addr} ({} backend)",
@@ -30,7 +32,7 @@ async fn main() -> std::process::ExitCode {
         println!("Generated admin token (shown once; only its SHA-256 is stored): {token}");
     }
     tracing::info!(%addr, backend = app.backend(), "listening");
-    if let Err(e) = app.run_until_stopped(shutdown_signal()).await {
+    if let Err(e) = app.run_until_stopped(shutdown).await {
         tracing::error!(error = %e, "server error");
         return std::process::ExitCode::FAILURE;
     }

@@ -6,43 +6,56 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::{get, put};
-use axum::{Json, Router};
+use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::Required;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::auth::Caller;
-use super::error::ApiError;
+use super::error::{problems, ApiError};
 use super::extract::{Admin, ApiJson, ApiPath};
-use super::views::AllocationView;
+use super::openapi::DatasetId;
+use super::views::{AllocationView, SortedJson};
 use super::AppState;
 use crate::ledger::charge::MAX_EPSILON;
 use crate::ledger::{AllocationChange, AllocationOutcome, Units};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/datasets/{id}/allocations", get(list))
-        .route(
-            "/v1/datasets/{id}/allocations/{token_id}",
-            put(set).delete(remove),
-        )
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(list))
+        .routes(routes!(set, remove))
 }
 
-#[derive(Deserialize)]
+/// An allocation to set.
+#[derive(Deserialize, ToSchema)]
+#[schema(as = AllocationSet)]
 #[serde(deny_unknown_fields)]
 pub struct SetAllocation {
-    /// RDP at the dataset's order; 0 blocks the token's releases on the dataset.
+    /// RDP at the dataset's order λ₀, rounded down to the ledger grid; 0 blocks the token's
+    /// releases on the dataset.
+    #[schema(minimum = 0, maximum = 8192)]
     epsilon: f64,
 }
 
-/// One change of an allocation: who made it, when, from what to what (`null`: none).
-#[derive(Debug, Serialize)]
+/// One change of an allocation: who made it, when, from what to what (`null`: no allocation).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = AllocationChange)]
+#[serde(deny_unknown_fields)]
 pub struct AllocationChangeView {
+    #[schema(min_length = 1)]
     pub token_id: String,
     pub changed_at: DateTime<Utc>,
+    /// `admin`.
+    #[schema(min_length = 1)]
     pub changed_by: String,
+    #[schema(minimum = 0, maximum = 8192, required = true)]
     pub old_epsilon: Option<f64>,
+    #[schema(minimum = 0, maximum = 8192, required = true)]
     pub new_epsilon: Option<f64>,
 }
 
@@ -58,12 +71,35 @@ impl From<AllocationChange> for AllocationChangeView {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// A dataset's allocations and their audit trail (an analyst's only, for an analyst token).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct AllocationList {
+    /// The dataset's order λ₀, at which the allocations are.
+    #[schema(exclusive_minimum = 1)]
     pub order: f64,
+    /// By token id.
     pub allocations: Vec<AllocationView>,
-    /// The audit trail of these allocations, oldest first.
+    /// Every change of these allocations, oldest first.
     pub changes: Vec<AllocationChangeView>,
+}
+
+/// The path parameter `token_id`.
+struct TokenId;
+
+impl IntoParams for TokenId {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![ParameterBuilder::new()
+            .name("token_id")
+            .parameter_in(ParameterIn::Path)
+            .required(Required::True)
+            .description(Some(
+                "An analyst token's public id (the `<id>` of `dra_<id>_<secret>`) whose scope \
+                 includes the dataset.",
+            ))
+            .schema(Some(crate::schema::string()))
+            .build()]
+    }
 }
 
 /// The allocation to store for `epsilon`: rounded *down* to the ledger grid, so an allocation
@@ -88,6 +124,31 @@ fn not_in_scope() -> ApiError {
     ApiError::NotFound("no analyst token with this id may use this dataset".into())
 }
 
+/// Set an analyst token's allocation on the dataset (admin only): its releases there must then
+/// fit both the allocation and the dataset's budget. The token's spend counts from its first
+/// release, before the allocation too; a value lower than that blocks its further releases. A
+/// change is recorded with who made it and when (setting the value already set records nothing).
+#[utoipa::path(
+    put,
+    path = "/v1/datasets/{id}/allocations/{token_id}",
+    operation_id = "setAllocation",
+    tag = "allocations",
+    params(DatasetId, TokenId),
+    request_body(content = SetAllocation, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The allocation as set, with the token's spend.", body = AllocationView),
+        (status = 400, response = problems::MalformedRequest),
+        (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
+        (status = 404, response = problems::NotFound),
+        (status = 413, response = problems::PayloadTooLarge),
+        (status = 415, response = problems::UnsupportedMediaType),
+        (status = 422, response = problems::InvalidRequest),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
 async fn set(
     State(state): State<AppState>,
     Admin(caller): Admin,
@@ -117,6 +178,24 @@ async fn set(
     })))
 }
 
+/// Remove an analyst token's allocation on the dataset (admin only): its releases draw on the
+/// dataset's budget alone again; what it spent stays spent. Recorded like a change.
+#[utoipa::path(
+    delete,
+    path = "/v1/datasets/{id}/allocations/{token_id}",
+    operation_id = "removeAllocation",
+    tag = "allocations",
+    params(DatasetId, TokenId),
+    responses(
+        (status = 204, description = "Removed."),
+        (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
+        (status = 404, response = problems::NotFound),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
 async fn remove(
     State(state): State<AppState>,
     Admin(caller): Admin,
@@ -139,12 +218,28 @@ async fn remove(
     }
 }
 
-/// The admin sees every allocation of the dataset and every change; an analyst only their own.
+/// The dataset's allocations, with spent and remaining, and their audit trail: all of them for
+/// the admin, an analyst's own for an analyst token.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{id}/allocations",
+    operation_id = "listAllocations",
+    tag = "allocations",
+    params(DatasetId),
+    responses(
+        (status = 200, description = "The allocations and every change of them.", body = AllocationList),
+        (status = 401, response = problems::Unauthorized),
+        (status = 404, response = problems::NotFound),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
-) -> Result<Json<AllocationList>, ApiError> {
+) -> Result<SortedJson<AllocationList>, ApiError> {
     let dataset = state.dataset_for(&caller, id).await?;
     let only = match &caller {
         Caller::Admin => None,
@@ -152,7 +247,7 @@ async fn list(
     };
     let allocations = state.store.list_allocations(id, only).await?;
     let changes = state.store.allocation_changes(id, only).await?;
-    Ok(Json(AllocationList {
+    Ok(SortedJson(AllocationList {
         order: dataset.order.get(),
         allocations: allocations.iter().map(AllocationView::from).collect(),
         changes: changes

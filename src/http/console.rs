@@ -8,19 +8,27 @@
 //! connections from this origin only, no inline code, no framing, no form submission) so that a
 //! dataset name or a problem `detail` shown on a page cannot become script.
 
+use std::collections::BTreeMap;
+
 use axum::extract::Request;
 use axum::http::{header, HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::Serialize;
+use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
+use utoipa::openapi::{ContentBuilder, RefOr, Required, ResponseBuilder};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::auth::Caller;
-use super::error::ApiError;
+use super::error::{problems, ApiError};
 use super::extract::ApiPath;
+use super::openapi::header_ref;
 use super::AppState;
+use crate::schema::{self, SchemaRef};
 
 /// `form-action 'none'`: every form is handled by script; should the script not run, pressing
 /// Enter in the sign-in form must not submit the token as a query string.
@@ -78,11 +86,11 @@ pub const ASSETS: [(&str, &str, &str); 6] = [
 
 /// The console's routes. Its security headers are added by [`security_headers`], which
 /// `http::router` installs outside every other layer.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/console", get(index))
-        .route("/console/{asset}", get(asset))
-        .route("/v1/whoami", get(whoami))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(whoami))
+        .routes(routes!(index))
+        .routes(routes!(asset))
 }
 
 /// Whether `path` is the console's: `/console` and everything under it, routed or not.
@@ -111,10 +119,120 @@ pub async fn security_headers(req: Request, next: Next) -> Response {
     response
 }
 
+/// A console response: its media types and the security headers every console response carries.
+struct Page {
+    description: &'static str,
+    media: &'static [(&'static str, Option<&'static str>)],
+}
+
+impl Page {
+    fn responses(&self) -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        let mut response = self
+            .media
+            .iter()
+            .fold(
+                ResponseBuilder::new().description(self.description),
+                |response, (media, pattern)| {
+                    let body = schema::string().pattern(*pattern);
+                    response.content(*media, ContentBuilder::new().schema(Some(body)).build())
+                },
+            )
+            .build();
+        for (name, component) in [
+            ("Content-Security-Policy", "ContentSecurityPolicy"),
+            ("X-Content-Type-Options", "NoSniff"),
+            ("Referrer-Policy", "NoReferrer"),
+        ] {
+            response.headers.insert(name.into(), header_ref(component));
+        }
+        BTreeMap::from([("200".to_string(), response.into())])
+    }
+}
+
+/// The 200 of `GET /console`.
+struct IndexPage;
+
+impl utoipa::IntoResponses for IndexPage {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        Page {
+            description: "The console's page.",
+            media: &[("text/html", Some("^<!doctype html>"))],
+        }
+        .responses()
+    }
+}
+
+/// The 200 of `GET /console/{asset}`.
+struct AssetFile;
+
+impl utoipa::IntoResponses for AssetFile {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        Page {
+            description: "The file.",
+            media: &[
+                ("text/css", None),
+                ("text/javascript", None),
+                ("image/svg+xml", None),
+            ],
+        }
+        .responses()
+    }
+}
+
+/// The browser console (an HTML page; sign in there with a bearer token).
+///
+/// Static and public: the page holds no data. Its scripts call this API with the token the
+/// user types, kept in the tab's `sessionStorage` and sent only in the `Authorization`
+/// header. Every `/console` response carries a strict Content-Security-Policy,
+/// `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`.
+#[utoipa::path(
+    get,
+    path = "/console",
+    operation_id = "console",
+    tag = "console",
+    security(),
+    responses(
+        IndexPage,
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
 async fn index() -> Response {
     ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], INDEX).into_response()
 }
 
+/// The path parameter `asset`.
+struct AssetName;
+
+impl IntoParams for AssetName {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        vec![ParameterBuilder::new()
+            .name("asset")
+            .parameter_in(ParameterIn::Path)
+            .required(Required::True)
+            .description(Some("A file name such as `app.js` or `console.css`."))
+            .schema(Some(schema::string()))
+            .build()]
+    }
+}
+
+/// A stylesheet, script module or icon of the console (compiled into the binary).
+#[utoipa::path(
+    get,
+    path = "/console/{asset}",
+    operation_id = "consoleAsset",
+    tag = "console",
+    security(),
+    params(AssetName),
+    responses(
+        AssetFile,
+        (status = 404, response = problems::NotFound),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
 async fn asset(ApiPath(name): ApiPath<String>) -> Result<Response, ApiError> {
     let (_, media_type, body) = ASSETS
         .iter()
@@ -123,17 +241,45 @@ async fn asset(ApiPath(name): ApiPath<String>) -> Result<Response, ApiError> {
     Ok(([(header::CONTENT_TYPE, *media_type)], *body).into_response())
 }
 
-#[derive(Serialize)]
-struct WhoAmI {
+/// The caller: the role of the presented token (and an analyst token's datasets).
+#[derive(Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WhoAmI {
+    #[schema(schema_with = role)]
     role: &'static str,
-    /// The analyst token's public id (what releases record as `created_by`).
+    /// An analyst token's public id (what its releases record as `created_by`).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[0-9a-f]+$", nullable = false)]
     token_id: Option<String>,
-    /// The datasets an analyst token may use; absent for the admin, who may use all.
+    /// The datasets an analyst token may use (absent for the admin, who may use all).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     datasets: Option<Vec<Uuid>>,
 }
 
+fn role() -> SchemaRef {
+    schema::string()
+        .enum_values(Some(["admin", "analyst"]))
+        .into()
+}
+
+/// The role of the presented token (and an analyst token's datasets).
+///
+/// What the console asks after sign-in to decide which forms to show; the API itself
+/// enforces the role on every call, so the answer grants nothing.
+#[utoipa::path(
+    get,
+    path = "/v1/whoami",
+    operation_id = "whoami",
+    tag = "tokens",
+    responses(
+        (status = 200, description = "The caller.", body = WhoAmI),
+        (status = 401, response = problems::Unauthorized),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
 async fn whoami(caller: Caller) -> Json<WhoAmI> {
     Json(match caller {
         Caller::Admin => WhoAmI {

@@ -1,29 +1,39 @@
 //! `/v1/datasets`: register datasets with a budget, list them, read their ledger.
 
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::json;
+use utoipa::openapi::link::LinkBuilder;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 use super::auth::Caller;
-use super::error::ApiError;
+use super::error::{problems, ApiError};
 use super::extract::{parse_json, Admin, ApiJson, ApiPath};
-use super::views::{AllocationView, BudgetView, DatasetView};
+use super::openapi::{self, DatasetId};
+use super::views::{AllocationView, BudgetView, DatasetListView, DatasetView, SortedJson};
 use super::AppState;
-use crate::ledger::charge::MAX_EPSILON;
+use crate::ledger::charge::{MAX_EPSILON, QUANTUM_BITS};
 use crate::ledger::{DpTarget, Names, NewDataset, Units, UnitsError};
 use crate::privacy::convert::{default_order, dp_to_rdp_budget};
 use crate::privacy::{Delta, Epsilon, Order, ParamError, Sensitivity};
+use crate::schema::{self, SchemaRef};
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/datasets", get(list).post(create))
-        .route("/v1/datasets/{id}", get(show))
-        .route("/v1/datasets/{id}/budget", get(budget))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(create, list))
+        .routes(routes!(show))
+        .routes(routes!(budget))
 }
 
 #[derive(Deserialize)]
@@ -77,6 +87,134 @@ impl TryFrom<String> for Neighbouring {
     }
 }
 
+impl PartialSchema for CreateDataset {
+    fn schema() -> RefOr<Schema> {
+        let name = schema::string()
+            .pattern(Some(
+                r"^\s*[^\s\x00-\x1f\x7f-\x9f]([^\x00-\x1f\x7f-\x9f]{0,198}[^\s\x00-\x1f\x7f-\x9f])?\s*$",
+            ))
+            .description(Some(
+                "1 to 200 characters once surrounding whitespace is trimmed (the name stored), \
+                 with no control characters (U+0000–U+001F, U+007F–U+009F) inside it.",
+            ));
+        let neighbouring = schema::string()
+            .enum_values(Some(["replace_one", "add_remove_one"]))
+            .default(Some(json!("replace_one")));
+        schema::asserting(
+            schema::closed()
+                .description(Some(
+                    "`sensitivity` (custom) and `neighbouring` are mutually exclusive; with \
+                     neither, the dataset is `replace_one` (Δ2² = 2, Δ∞ = 1). A custom sensitivity \
+                     needs `linf² ≤ l2_squared`.",
+                ))
+                .property("name", name)
+                .property("budget", schema::component("BudgetRequest"))
+                .property("sensitivity", schema::component("SensitivityRequest"))
+                .property("neighbouring", neighbouring)
+                .property(
+                    "cells",
+                    schema::array(schema::component("Label"))
+                        .min_items(Some(2))
+                        .unique_items(true)
+                        .description(Some(
+                            "Public names of the cells, distinct (at least 2, at most \
+                             `max_dimension`, 1 MiB in all): every release of the dataset must \
+                             then have exactly this many cells, and releases, listings and \
+                             previews carry them. Never derive them from the private counts (the \
+                             values observed in the data leave out the empty cells).",
+                        )),
+                )
+                .required("name")
+                .required("budget"),
+            [json!({"not": {"required": ["sensitivity", "neighbouring"]}})],
+        )
+        .into()
+    }
+}
+
+impl ToSchema for CreateDataset {
+    fn name() -> Cow<'static, str> {
+        "DatasetCreate".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, SchemaRef)>) {
+        schemas.push((
+            crate::ledger::Names::name().into(),
+            crate::ledger::Names::schema(),
+        ));
+        schemas.push((
+            "BudgetRequest".into(),
+            schema::one_of([
+                schema::component("RdpBudgetRequest"),
+                schema::component("DpBudgetRequest"),
+            ])
+            .into(),
+        ));
+        schemas.push((
+            "RdpBudgetRequest".into(),
+            schema::closed()
+                .description(Some(
+                    "A Rényi-DP budget of `epsilon` at order `order` (the ledger order λ₀). The \
+                     budget is rounded down to the ledger grid (multiples of 2⁻⁴⁰), so it must be \
+                     at least 2⁻⁴⁰.",
+                ))
+                .property("order", schema::above(1.0))
+                .property(
+                    "epsilon",
+                    schema::between(2f64.powi(-QUANTUM_BITS), MAX_EPSILON),
+                )
+                .required("order")
+                .required("epsilon")
+                .into(),
+        ));
+        schemas.push((
+            "DpBudgetRequest".into(),
+            schema::closed()
+                .description(Some(
+                    "An (ε, δ)-DP target, converted to the RDP budget at `order` (chosen by the \
+                     server when absent). A target that leaves no RDP budget at the order (or one \
+                     above 8192) is 422.",
+                ))
+                .property("epsilon", schema::above(0.0))
+                .property("delta", schema::above(0.0).exclusive_maximum(Some(1.0)))
+                .property("order", schema::above(1.0))
+                .required("epsilon")
+                .required("delta")
+                .into(),
+        ));
+        schemas.push((
+            "SensitivityRequest".into(),
+            schema::closed()
+                .description(Some(
+                    "Custom neighbour sensitivities Δ2² and Δ∞; `linf²` above `l2_squared` is 422.",
+                ))
+                .property("l2_squared", schema::above(0.0))
+                .property("linf", schema::above(0.0))
+                .required("l2_squared")
+                .required("linf")
+                .into(),
+        ));
+    }
+}
+
+pub(super) fn param_error(field: &str, e: ParamError) -> ApiError {
+    ApiError::invalid_field(field, e.to_string())
+}
+
+fn units_error(field: &str, e: UnitsError) -> ApiError {
+    ApiError::invalid_field(field, format!("{field}: {e}"))
+}
+
+/// A registration body, validated and resolved to the ledger grid. Pure and total: any bytes give
+/// a dataset to store or an [`ApiError`], never a panic (fuzzed with the release bodies).
+pub fn parse_registration(
+    body: &[u8],
+    created_by: String,
+    max_cells: usize,
+) -> Result<NewDataset, ApiError> {
+    parse(parse_json(body)?, created_by, max_cells)
+}
+
 /// The most bytes of cell names a dataset may hold: they come back with every release.
 pub const MAX_CELL_NAME_BYTES: usize = 1 << 20;
 
@@ -101,24 +239,6 @@ fn parse_cells(cells: Option<Vec<String>>, max_cells: usize) -> Result<Option<Na
     Names::new(cells, max_cells)
         .map(Some)
         .map_err(|e| ApiError::invalid_field("cells", format!("cells {e}")))
-}
-
-pub(super) fn param_error(field: &str, e: ParamError) -> ApiError {
-    ApiError::invalid_field(field, e.to_string())
-}
-
-fn units_error(field: &str, e: UnitsError) -> ApiError {
-    ApiError::invalid_field(field, format!("{field}: {e}"))
-}
-
-/// A registration body, validated and resolved to the ledger grid. Pure and total: any bytes give
-/// a dataset to store or an [`ApiError`], never a panic (fuzzed with the release bodies).
-pub fn parse_registration(
-    body: &[u8],
-    created_by: String,
-    max_cells: usize,
-) -> Result<NewDataset, ApiError> {
-    parse(parse_json(body)?, created_by, max_cells)
 }
 
 /// The parsed registration: everything validated, the budget resolved to the ledger grid.
@@ -211,6 +331,26 @@ fn parse(req: CreateDataset, created_by: String, max_cells: usize) -> Result<New
     })
 }
 
+/// Register a dataset and its privacy budget (admin only).
+#[utoipa::path(
+    post,
+    path = "/v1/datasets",
+    operation_id = "createDataset",
+    tag = "datasets",
+    request_body(content = CreateDataset, content_type = "application/json"),
+    responses(
+        Registered,
+        (status = 400, response = problems::MalformedRequest),
+        (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
+        (status = 413, response = problems::PayloadTooLarge),
+        (status = 415, response = problems::UnsupportedMediaType),
+        (status = 422, response = problems::InvalidRequest),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
 async fn create(
     State(state): State<AppState>,
     Admin(caller): Admin,
@@ -228,18 +368,78 @@ async fn create(
         .into_response())
 }
 
+/// The 201 of `createDataset`: the dataset, where it is, and links to what is done with it next.
+struct Registered;
+
+impl utoipa::IntoResponses for Registered {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        let id = "$response.body#/id";
+        let on = |operation| openapi::link(operation, &[("id", id)]);
+        let response = openapi::created(
+            "Registered.",
+            &DatasetView::name(),
+            &[("Location", "Location")],
+            &[
+                ("GetDataset", on("getDataset")),
+                ("GetBudget", on("getBudget")),
+                ("CreateRelease", on("createRelease")),
+                ("PreviewRelease", on("previewRelease")),
+                ("ListReleases", on("listReleases")),
+                (
+                    "CreateToken",
+                    LinkBuilder::new()
+                        .operation_id("createToken")
+                        .request_body(Some(json!({"datasets": [id]})))
+                        .build(),
+                ),
+            ],
+        );
+        BTreeMap::from([("201".to_string(), response.into())])
+    }
+}
+
+/// List datasets, oldest first (an analyst sees only the datasets of its token).
+#[utoipa::path(
+    get,
+    path = "/v1/datasets",
+    operation_id = "listDatasets",
+    tag = "datasets",
+    responses(
+        (status = 200, description = "The datasets.", body = DatasetListView),
+        (status = 401, response = problems::Unauthorized),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<SortedJson<DatasetListView>, ApiError> {
     let datasets = match &caller {
         Caller::Admin => state.store.list_datasets(None).await?,
         Caller::Analyst { datasets, .. } => state.store.list_datasets(Some(datasets)).await?,
     };
-    let items: Vec<DatasetView> = datasets.iter().map(DatasetView::from).collect();
-    Ok(Json(json!({ "items": items })))
+    let items = datasets.iter().map(DatasetView::from).collect();
+    Ok(SortedJson(DatasetListView { items }))
 }
 
+/// One dataset.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{id}",
+    operation_id = "getDataset",
+    tag = "datasets",
+    params(DatasetId),
+    responses(
+        (status = 200, description = "The dataset.", body = DatasetView),
+        (status = 401, response = problems::Unauthorized),
+        (status = 404, response = problems::NotFound),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
 async fn show(
     State(state): State<AppState>,
     caller: Caller,
@@ -249,6 +449,23 @@ async fn show(
     Ok(Json(DatasetView::from(&dataset)))
 }
 
+/// The dataset's ledger now.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{id}/budget",
+    operation_id = "getBudget",
+    tag = "datasets",
+    params(DatasetId),
+    responses(
+        (status = 200, description = "The ledger (with the calling analyst's `allocation`, when \
+                                       the admin set one).", body = BudgetView),
+        (status = 401, response = problems::Unauthorized),
+        (status = 404, response = problems::NotFound),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
 async fn budget(
     State(state): State<AppState>,
     caller: Caller,

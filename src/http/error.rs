@@ -8,7 +8,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaFormat, Type};
+
 use crate::ledger::StoreError;
+use crate::schema;
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
@@ -87,103 +90,132 @@ impl ApiError {
 
     /// (status, slug, title) of each kind; the slug is the stable problem `type`.
     pub fn kind(&self) -> (StatusCode, &'static str, &'static str) {
+        let problem = self.problem_type();
+        (problem.status(), problem.slug(), problem.title())
+    }
+
+    /// The problem type this error is answered with.
+    pub fn problem_type(&self) -> ProblemType {
         use ApiError::*;
         match self {
-            Malformed(_) => (
-                StatusCode::BAD_REQUEST,
-                "malformed-request",
-                "Malformed request",
-            ),
-            Invalid { .. } => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid-request",
-                "Invalid request",
-            ),
-            UnsupportedMediaType(_) => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported-media-type",
-                "Unsupported media type",
-            ),
-            PayloadTooLarge => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload-too-large",
-                "Payload too large",
-            ),
-            HeadersTooLarge { .. } => (
-                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                "headers-too-large",
-                "Request header fields too large",
-            ),
-            Unauthorized => (StatusCode::UNAUTHORIZED, "unauthorized", "Unauthorized"),
-            Forbidden => (StatusCode::FORBIDDEN, "forbidden", "Forbidden"),
-            NotFound(_) => (StatusCode::NOT_FOUND, "not-found", "Not found"),
-            MethodNotAllowed => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method-not-allowed",
-                "Method not allowed",
-            ),
-            BudgetExhausted { .. } => (
-                StatusCode::CONFLICT,
-                "budget-exhausted",
-                "Privacy budget exhausted",
-            ),
-            AllocationExhausted { .. } => (
-                StatusCode::CONFLICT,
-                "allocation-exhausted",
-                "Allocation exhausted",
-            ),
-            OutputQuotaExceeded { .. } => (
-                StatusCode::CONFLICT,
-                "output-quota-exceeded",
-                "Output quota exceeded",
-            ),
-            IdempotencyKeyReused => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency-key-reused",
-                "Idempotency key reused",
-            ),
-            CalibrationInfeasible(_) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "calibration-infeasible",
-                "Calibration infeasible",
-            ),
-            NoGuarantee(_) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "no-guarantee",
-                "No privacy guarantee at the ledger order",
-            ),
-            CostExceedsEpsilon(_) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "cost-exceeds-epsilon",
-                "Cost exceeds the given epsilon",
-            ),
-            BeyondPrecision(_) => (
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "beyond-precision",
-                "Beyond floating-point precision",
-            ),
-            Unavailable => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "service-unavailable",
-                "Service unavailable",
-            ),
-            Timeout => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "timeout",
-                "Request timed out",
-            ),
-            CommitUnanswered => (
-                StatusCode::GATEWAY_TIMEOUT,
-                "commit-outcome-unknown",
-                "Commit outcome unknown",
-            ),
-            Internal(_) => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal",
-                "Internal server error",
-            ),
+            Malformed(_) => ProblemType::MalformedRequest,
+            Invalid { .. } => ProblemType::InvalidRequest,
+            UnsupportedMediaType(_) => ProblemType::UnsupportedMediaType,
+            PayloadTooLarge => ProblemType::PayloadTooLarge,
+            HeadersTooLarge { .. } => ProblemType::HeadersTooLarge,
+            Unauthorized => ProblemType::Unauthorized,
+            Forbidden => ProblemType::Forbidden,
+            NotFound(_) => ProblemType::NotFound,
+            MethodNotAllowed => ProblemType::MethodNotAllowed,
+            BudgetExhausted { .. } => ProblemType::BudgetExhausted,
+            AllocationExhausted { .. } => ProblemType::AllocationExhausted,
+            OutputQuotaExceeded { .. } => ProblemType::OutputQuotaExceeded,
+            IdempotencyKeyReused => ProblemType::IdempotencyKeyReused,
+            CalibrationInfeasible(_) => ProblemType::CalibrationInfeasible,
+            NoGuarantee(_) => ProblemType::NoGuarantee,
+            CostExceedsEpsilon(_) => ProblemType::CostExceedsEpsilon,
+            BeyondPrecision(_) => ProblemType::BeyondPrecision,
+            Unavailable => ProblemType::ServiceUnavailable,
+            Timeout => ProblemType::Timeout,
+            CommitUnanswered => ProblemType::CommitOutcomeUnknown,
+            Internal(_) => ProblemType::Internal,
         }
     }
+}
+
+/// The problem types: one line each (status, slug, title, what it means). The problem documents,
+/// the schemas of openapi.yaml (one per type, `<Name>Problem`) and the metrics' refusal labels
+/// are all read from here.
+macro_rules! problem_types {
+    ($($name:ident: $status:ident, $slug:literal, $title:literal, $meaning:literal;)+) => {
+        /// A problem type: the stable `type` of a problem document, `/problems/<slug>`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum ProblemType {
+            $($name,)+
+        }
+
+        impl ProblemType {
+            pub const ALL: &'static [ProblemType] = &[$(ProblemType::$name,)+];
+
+            pub fn status(self) -> StatusCode {
+                match self {
+                    $(ProblemType::$name => StatusCode::$status,)+
+                }
+            }
+
+            /// The stable part of the `type` URI.
+            pub fn slug(self) -> &'static str {
+                match self {
+                    $(ProblemType::$name => $slug,)+
+                }
+            }
+
+            pub fn title(self) -> &'static str {
+                match self {
+                    $(ProblemType::$name => $title,)+
+                }
+            }
+
+            /// What the problem means, for the description.
+            pub fn meaning(self) -> &'static str {
+                match self {
+                    $(ProblemType::$name => $meaning,)+
+                }
+            }
+
+            /// The name of its schema in openapi.yaml.
+            pub fn schema_name(self) -> &'static str {
+                match self {
+                    $(ProblemType::$name => concat!(stringify!($name), "Problem"),)+
+                }
+            }
+        }
+    };
+}
+
+problem_types! {
+    MalformedRequest: BAD_REQUEST, "malformed-request", "Malformed request",
+        "The body is not syntactically valid JSON (or could not be read).";
+    InvalidRequest: UNPROCESSABLE_ENTITY, "invalid-request", "Invalid request",
+        "Well-formed JSON, but a value is missing, out of range, of the wrong type, unknown, or in an invalid combination; or a query parameter or header that is unknown or out of range. `field` names the offending field when there is one (e.g. `budget.epsilon`, `counts`, `Idempotency-Key`).";
+    UnsupportedMediaType: UNSUPPORTED_MEDIA_TYPE, "unsupported-media-type", "Unsupported media type",
+        "The body is not `application/json`.";
+    PayloadTooLarge: PAYLOAD_TOO_LARGE, "payload-too-large", "Payload too large",
+        "The body is larger than the configured limit.";
+    HeadersTooLarge: REQUEST_HEADER_FIELDS_TOO_LARGE, "headers-too-large", "Request header fields too large",
+        "The request has more header lines than `max_headers`, or more header bytes than `max_header_bytes`.";
+    Unauthorized: UNAUTHORIZED, "unauthorized", "Unauthorized",
+        "No valid bearer token.";
+    Forbidden: FORBIDDEN, "forbidden", "Forbidden",
+        "The operation is for the admin token only.";
+    NotFound: NOT_FOUND, "not-found", "Not found",
+        "No such resource (including a malformed id), or the token may not see it.";
+    MethodNotAllowed: METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed",
+        "The path exists but not with this method.";
+    BudgetExhausted: CONFLICT, "budget-exhausted", "Privacy budget exhausted",
+        "The release would take the ledger past its budget (`budget` is the ledger that refused it); nothing was charged or drawn.";
+    AllocationExhausted: CONFLICT, "allocation-exhausted", "Allocation exhausted",
+        "The release fits the dataset's budget but not the calling analyst's allocation on the dataset (`allocation`, with the dataset's ledger in `budget`); nothing was charged or drawn.";
+    OutputQuotaExceeded: CONFLICT, "output-quota-exceeded", "Output quota exceeded",
+        "The release would take the dataset's stored outputs past the per-dataset quota of `max_stored_cells` cells; nothing was charged or drawn.";
+    IdempotencyKeyReused: UNPROCESSABLE_ENTITY, "idempotency-key-reused", "Idempotency key reused",
+        "The `Idempotency-Key` was used for a different request, or by another token.";
+    CalibrationInfeasible: UNPROCESSABLE_ENTITY, "calibration-infeasible", "Calibration infeasible",
+        "No parameters reach the target.";
+    NoGuarantee: UNPROCESSABLE_ENTITY, "no-guarantee", "No privacy guarantee at the ledger order",
+        "The mechanism's RDP cost at the ledger order is infinite.";
+    CostExceedsEpsilon: UNPROCESSABLE_ENTITY, "cost-exceeds-epsilon", "Cost exceeds the given epsilon",
+        "A fully specified mechanism costs more than the `epsilon` given as a cap.";
+    BeyondPrecision: UNPROCESSABLE_ENTITY, "beyond-precision", "Beyond floating-point precision",
+        "The f64 arithmetic cannot carry the shift the price assumes: a Gamma shape r·count + α above 2⁵⁰, where the sampler stops being exact, or r·Δ∞ below 2²⁰ ulps of the largest shape (docs/PRIVACY.md, \"Floating point\").";
+    ServiceUnavailable: SERVICE_UNAVAILABLE, "service-unavailable", "Service unavailable",
+        "The database cannot be reached, is read-only or busy past its timeout, or refused or rolled back a release's commit; nothing was charged.";
+    Timeout: SERVICE_UNAVAILABLE, "timeout", "Request timed out",
+        "The request took longer than the configured limit before any commit started; nothing was charged.";
+    CommitOutcomeUnknown: GATEWAY_TIMEOUT, "commit-outcome-unknown", "Commit outcome unknown",
+        "A release's commit started but its outcome is unknown: it may or may not have been charged (retry with the same `Idempotency-Key`).";
+    Internal: INTERNAL_SERVER_ERROR, "internal", "Internal server error",
+        "An unexpected error; no details are given.";
 }
 
 #[derive(Serialize)]
@@ -302,6 +334,210 @@ impl From<StoreError> for ApiError {
             }
             other => ApiError::Internal(other.to_string()),
         }
+    }
+}
+
+// ------------------------------------------------------------------------ in openapi.yaml
+
+impl ProblemType {
+    /// The `type` URI of its documents.
+    pub fn uri(self) -> String {
+        format!("/problems/{}", self.slug())
+    }
+
+    /// Its schema: the problem details every document of this type matches. `type` and `status`
+    /// are constants, so a client generator gives each type a model of its own and tells them
+    /// apart by those (a status with several types is a `oneOf` of their schemas). Open: RFC 9457
+    /// lets members be added.
+    pub fn schema(self) -> Schema {
+        let status = self.status().as_u16();
+        let mut problem = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .description(Some(format!(
+                "`{}` ({status}): {} An RFC 9457 problem document; members other than those \
+                 listed may be added.",
+                self.uri(),
+                self.meaning()
+            )))
+            .property(
+                "type",
+                schema::constant(self.uri())
+                    .format(Some(SchemaFormat::Custom("uri-reference".into()))),
+            )
+            .property("title", schema::string().min_length(Some(1)))
+            .property("status", schema::constant(status))
+            .property(
+                "detail",
+                schema::string().description(Some(
+                    "Human-readable explanation; never contains counts, a value that was sent or \
+                     internal error text.",
+                )),
+            )
+            .property("instance", schema::formatted("uri-reference"))
+            .required("type")
+            .required("title")
+            .required("status")
+            .required("detail");
+        match self {
+            ProblemType::InvalidRequest => {
+                problem = problem.property(
+                    "field",
+                    schema::string()
+                        .description(Some("The offending field (or header), when there is one.")),
+                );
+            }
+            ProblemType::BudgetExhausted => {
+                problem = problem
+                    .property(
+                        "budget",
+                        schema::described("Budget", "The ledger that refused the release."),
+                    )
+                    .required("budget");
+            }
+            ProblemType::AllocationExhausted => {
+                problem = problem
+                    .property(
+                        "allocation",
+                        schema::described(
+                            "Allocation",
+                            "The calling analyst's allocation that refused the release.",
+                        ),
+                    )
+                    .property(
+                        "budget",
+                        schema::described(
+                            "Budget",
+                            "The dataset's ledger (which would have admitted it).",
+                        ),
+                    )
+                    .required("allocation")
+                    .required("budget");
+            }
+            _ => {}
+        }
+        problem.into()
+    }
+}
+
+/// The problem responses of openapi.yaml (`#/components/responses/<name>`), each a status, what
+/// it means to the operations that declare it, a header it carries, and its problem types. An
+/// operation declares one with `(status = .., response = problems::<Name>)` in its
+/// `#[utoipa::path]`.
+pub mod problems {
+    use utoipa::openapi::header::Header;
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, Response, ResponseBuilder};
+
+    use super::{ProblemType, PROBLEM_JSON};
+    use crate::schema;
+
+    macro_rules! problem_responses {
+        ($($name:ident $([$header:literal = $header_ref:literal])?: [$($problem:ident),+] $description:literal;)+) => {
+            $(
+                pub struct $name;
+
+                impl<'r> utoipa::ToResponse<'r> for $name {
+                    fn response() -> (&'r str, RefOr<Response>) {
+                        let headers: &[(&str, &str)] = &[$(($header, $header_ref))?];
+                        (
+                            stringify!($name),
+                            response($description, headers, &[$(ProblemType::$problem),+]).into(),
+                        )
+                    }
+                }
+            )+
+
+            /// Every problem response, for `#/components/responses`.
+            pub fn all() -> Vec<(&'static str, RefOr<Response>)> {
+                vec![$(<$name as utoipa::ToResponse>::response()),+]
+            }
+        };
+    }
+
+    fn response(description: &str, headers: &[(&str, &str)], types: &[ProblemType]) -> Response {
+        let body = match types {
+            [one] => schema::component(one.schema_name()),
+            several => {
+                schema::one_of(several.iter().map(|t| schema::component(t.schema_name()))).into()
+            }
+        };
+        let mut response = ResponseBuilder::new()
+            .description(description)
+            .content(
+                PROBLEM_JSON,
+                ContentBuilder::new().schema(Some(body)).build(),
+            )
+            .build();
+        for (name, location) in headers {
+            response
+                .headers
+                .insert(name.to_string(), RefOr::<Header>::Ref(Ref::new(*location)));
+        }
+        response
+    }
+
+    problem_responses! {
+        MalformedRequest: [MalformedRequest]
+            "The body is not syntactically valid JSON (or could not be read).";
+        Unauthorized["WWW-Authenticate" = "#/components/headers/WwwAuthenticate"]: [Unauthorized]
+            "No valid bearer token.";
+        Forbidden: [Forbidden] "The operation is for the admin token only.";
+        NotFound: [NotFound]
+            "No such resource (including a malformed id), or the token may not see it.";
+        MethodNotAllowed["Allow" = "#/components/headers/Allow"]: [MethodNotAllowed]
+            "The path exists but not with this method (any route).";
+        ReleaseConflict: [BudgetExhausted, AllocationExhausted, OutputQuotaExceeded]
+            "Nothing was charged or drawn: the release would take the ledger past its budget \
+             (`budget-exhausted`, with the ledger in `budget`), the calling analyst past their \
+             allocation on the dataset (`allocation-exhausted`, with the allocation in \
+             `allocation`), or the dataset's stored outputs \
+             past the per-dataset quota of `max_stored_cells` cells (`output-quota-exceeded`).";
+        PriceBeyondAnyBudget: [BudgetExhausted]
+            "The release costs more than any ledger can hold (above 8192 at the ledger order), so \
+             no budget would ever admit it; a release that merely does not fit the remaining \
+             budget is 200 with `admissible: false`.";
+        PayloadTooLarge: [PayloadTooLarge]
+            "The body is larger than the configured limit; a declared `Content-Length` above it is \
+             refused before the body is read (and the connection is closed).";
+        UnsupportedMediaType: [UnsupportedMediaType] "The body is not `application/json`.";
+        InvalidRequest: [InvalidRequest]
+            "Well-formed JSON, but a value is missing, out of range, of the wrong type, unknown, or \
+             in an invalid combination; or a query parameter that is unknown or out of range. \
+             `field` names the offending field when there is one (e.g. `budget.epsilon`, \
+             `datasets`, `limit`).";
+        ReleaseRejected: [InvalidRequest, IdempotencyKeyReused, CalibrationInfeasible, NoGuarantee, CostExceedsEpsilon, BeyondPrecision]
+            "The request cannot be carried out: `invalid-request` (a value is missing, out of \
+             range, of the wrong type, unknown, or does not belong to the mechanism; `alpha` of \
+             another length than `counts`; both or neither of `counts` and `table`, a ragged or \
+             empty table, a table on a custom sensitivity, a label that is empty, too long or has \
+             control characters; an `Idempotency-Key` sent twice or not 1 to 255 visible ASCII \
+             characters), `idempotency-key-reused` (the key was used for a different request, or \
+             by another token), `calibration-infeasible` (no parameters reach the target), \
+             `no-guarantee` (the mechanism's RDP cost at the ledger order is infinite), \
+             `cost-exceeds-epsilon` (a fully specified mechanism costs more than the `epsilon` \
+             given as a cap), or `beyond-precision` (the f64 arithmetic cannot carry the shift \
+             the price assumes: a Gamma shape r·count + α above 2⁵⁰, where the sampler stops \
+             being exact, or r·Δ∞ below 2²⁰ ulps of the largest shape; docs/PRIVACY.md, \
+             \"Floating point\").";
+        PreviewRejected: [InvalidRequest, CalibrationInfeasible, NoGuarantee, CostExceedsEpsilon, BeyondPrecision]
+            "The request cannot be priced: `invalid-request`, `calibration-infeasible`, \
+             `no-guarantee`, `cost-exceeds-epsilon` or `beyond-precision`, as for a release.";
+        HeadersTooLarge: [HeadersTooLarge]
+            "The request has more header lines than `max_headers` (default 100), or its header \
+             names and values total more than `max_header_bytes` (default 16 KiB). Refused before \
+             the token is checked. (A request head larger still — over 4× those limits, and at \
+             least 100 lines or about 400 KiB — is refused by the HTTP parser with a bare 431 and \
+             the connection closed.)";
+        Internal: [Internal] "An unexpected error; no details are given.";
+        ServiceUnavailable["Retry-After" = "#/components/headers/RetryAfter"]: [ServiceUnavailable, Timeout]
+            "`service-unavailable`: the database cannot be reached, is read-only or busy past its \
+             timeout, or refused or rolled back a release's commit; `timeout`: the request took \
+             longer than the configured limit before any commit started. Neither charged \
+             anything. Both carry `Retry-After`.";
+        CommitOutcomeUnknown: [CommitOutcomeUnknown]
+            "The commit started but the database did not answer it within its own deadlines and \
+             the connection acquire timeout (plus a margin), or the connection failed after the \
+             commit was sent: the outcome cannot be known, so the release may or may not have been \
+             charged (retry with the same Idempotency-Key).";
     }
 }
 

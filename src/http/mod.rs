@@ -1,5 +1,6 @@
-//! HTTP layer: one `router()` per resource, merged here under the shared layers (tracing,
-//! metrics, timeout, header and body limits, panic catching) and one problem+json error type.
+//! HTTP layer: one `router()` per resource, each route registered with its description
+//! (`openapi`), merged here under the shared layers (tracing, metrics, timeout, header and body
+//! limits, panic catching) and one problem+json error type.
 
 pub mod allocations;
 pub mod audit;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod extract;
 pub mod limits;
 pub mod metrics;
+pub mod openapi;
 pub mod ops;
 pub mod releases;
 pub mod tokens;
@@ -23,11 +25,12 @@ use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::Router;
+use axum::{Extension, Router};
 use tokio_util::task::TaskTracker;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
+use utoipa_axum::router::OpenApiRouter;
 
 use crate::config::Settings;
 use crate::ledger::LedgerStore;
@@ -67,16 +70,25 @@ impl AppState {
     }
 }
 
-pub fn router(state: AppState) -> Router {
-    let body_limit = state.settings.max_body_bytes;
-    Router::new()
+/// Every route with its description: one value, so that no route is served undescribed (each
+/// resource's router registers its handlers with `utoipa_axum::routes!`, which reads the path and
+/// method from the handler's `#[utoipa::path]`). In the description's order.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(openapi::base())
+        .merge(ops::router())
         .merge(datasets::router())
         .merge(allocations::router())
+        .merge(audit::router())
         .merge(releases::router())
         .merge(tokens::router())
-        .merge(audit::router())
-        .merge(ops::router())
         .merge(console::router())
+}
+
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.settings.max_body_bytes;
+    let (routes, description) = routes().split_for_parts();
+    routes
+        .layer(Extension(openapi::Served::new(&description)))
         .fallback(|| async { ApiError::NotFound("no such route".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(body_limit))

@@ -1,30 +1,72 @@
-//! JSON shapes returned to clients (documented in openapi.yaml).
+//! JSON shapes returned to clients, and their schemas in openapi.yaml (derived here, so a field
+//! renamed or added is described as it is served).
+//!
+//! The response schemas are closed (`additionalProperties: false`): `#[serde(deny_unknown_fields)]`
+//! on a type that is only serialised changes nothing on the wire, and is what utoipa reads as
+//! "closed".
 
+use axum::response::{IntoResponse, Response};
+use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
+use super::error::ApiError;
 use crate::ledger::{Allocation, BudgetState, Dataset, Names, Output, Release, ReleaseSummary};
+use crate::release::record::Mechanism;
+use crate::schema::{self, SchemaRef};
 
-#[derive(Debug, Serialize)]
+/// A typed answer serialised with its object keys sorted, as the `json!` values it replaced were
+/// (serde_json's maps are sorted): the same bytes on the wire as before the types existed.
+pub struct SortedJson<T>(pub T);
+
+impl<T: Serialize> IntoResponse for SortedJson<T> {
+    fn into_response(self) -> Response {
+        match serde_json::to_value(self.0) {
+            Ok(value) => Json(value).into_response(),
+            Err(e) => ApiError::Internal(e.to_string()).into_response(),
+        }
+    }
+}
+
+/// Present only for datasets registered with an (ε, δ) target.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct DpView {
+    #[schema(exclusive_minimum = 0, exclusive_maximum = 1)]
     pub delta: f64,
+    #[schema(minimum = 0)]
     pub total_epsilon: f64,
+    #[schema(minimum = 0)]
     pub spent_epsilon: f64,
 }
 
-#[derive(Debug, Serialize)]
+/// A dataset's ledger at one instant, at its order λ₀.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Budget)]
+#[serde(deny_unknown_fields)]
 pub struct BudgetView {
+    #[schema(exclusive_minimum = 1)]
     pub order: f64,
+    #[schema(minimum = 0, maximum = 8192)]
     pub total: f64,
+    #[schema(minimum = 0, maximum = 8192)]
     pub spent: f64,
+    #[schema(minimum = 0, maximum = 8192)]
     pub remaining: f64,
+    #[schema(minimum = 0)]
     pub releases: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub dp: Option<DpView>,
-    /// The calling analyst's allocation on the dataset, when one is set (the budget endpoint).
+    /// The calling analyst's allocation on the dataset, when the admin set one (the budget
+    /// endpoint only).
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
     pub allocation: Option<AllocationView>,
 }
 
@@ -49,12 +91,24 @@ impl From<&BudgetState> for BudgetView {
     }
 }
 
-/// An analyst token's allocation on a dataset, at the dataset's order.
-#[derive(Debug, Serialize)]
+/// An analyst token's allocation on a dataset, at the dataset's order λ₀: the most its releases
+/// there may cost in all, under the dataset's budget (which still binds).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = Allocation)]
+#[serde(deny_unknown_fields)]
 pub struct AllocationView {
+    /// The analyst token's id.
+    #[schema(min_length = 1)]
     pub token_id: String,
+    /// The allocation, RDP at the dataset's order (rounded down to the ledger grid).
+    #[schema(minimum = 0, maximum = 8192)]
     pub epsilon: f64,
+    /// What the token's releases on the dataset were charged in all (also before the allocation
+    /// was set; it may exceed `epsilon` after the allocation was lowered).
+    #[schema(minimum = 0, maximum = 8192)]
     pub spent: f64,
+    /// `epsilon − spent`, or 0.
+    #[schema(minimum = 0, maximum = 8192)]
     pub remaining: f64,
 }
 
@@ -73,16 +127,28 @@ pub fn allocation_json(a: &Allocation) -> Value {
     serde_json::to_value(AllocationView::from(a)).unwrap_or(Value::Null)
 }
 
+/// Names as listed in JSON.
+pub fn names(names: Option<&Names>) -> Option<Vec<String>> {
+    names.map(|n| n.as_slice().to_vec())
+}
+
 pub fn budget_json(b: &BudgetState) -> Value {
     serde_json::to_value(BudgetView::from(b)).unwrap_or(Value::Null)
 }
 
-#[derive(Debug, Serialize)]
+/// The neighbour sensitivities Δ2² and Δ∞ of the dataset's relation.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Sensitivity)]
+#[serde(deny_unknown_fields)]
 pub struct SensitivityView {
+    #[schema(exclusive_minimum = 0)]
     pub l2_squared: f64,
+    #[schema(exclusive_minimum = 0)]
     pub linf: f64,
 }
 
+/// The budget as registered: an RDP budget, or an (ε, δ) target with the RDP budget it converts
+/// to (then `delta` and `rdp_epsilon` are present).
 #[derive(Debug, Serialize)]
 pub struct BudgetSpecView {
     pub order: f64,
@@ -93,18 +159,94 @@ pub struct BudgetSpecView {
     pub rdp_epsilon: Option<f64>,
 }
 
-#[derive(Debug, Serialize)]
+impl PartialSchema for BudgetSpecView {
+    fn schema() -> RefOr<Schema> {
+        schema::one_of([
+            schema::component("RdpBudgetSpec"),
+            schema::component("DpBudgetSpec"),
+        ])
+        .description(Some("The budget as registered."))
+        .into()
+    }
+}
+
+impl ToSchema for BudgetSpecView {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "BudgetSpec".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, SchemaRef)>) {
+        let grid = || schema::between(0.0, 8192.0);
+        schemas.push((
+            "RdpBudgetSpec".into(),
+            schema::closed()
+                .description(Some(
+                    "An RDP budget of `epsilon` at the ledger order `order`.",
+                ))
+                .property("order", schema::above(1.0))
+                .property("epsilon", grid())
+                .required("order")
+                .required("epsilon")
+                .into(),
+        ));
+        schemas.push((
+            "DpBudgetSpec".into(),
+            schema::closed()
+                .description(Some(
+                    "An (ε, δ)-DP target and the RDP budget at the ledger order it converts to.",
+                ))
+                .property(
+                    "epsilon",
+                    schema::above(0.0).description(Some("The (ε, δ) target's ε.")),
+                )
+                .property("delta", schema::above(0.0).exclusive_maximum(Some(1.0)))
+                .property(
+                    "order",
+                    schema::above(1.0).description(Some("The ledger order λ₀.")),
+                )
+                .property(
+                    "rdp_epsilon",
+                    grid().description(Some(
+                        "The RDP budget at `order` that the target converts to.",
+                    )),
+                )
+                .required("epsilon")
+                .required("delta")
+                .required("order")
+                .required("rdp_epsilon")
+                .into(),
+        ));
+    }
+}
+
+/// A dataset, its relation and its budget.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Dataset)]
+#[serde(deny_unknown_fields)]
 pub struct DatasetView {
     pub id: Uuid,
+    #[schema(min_length = 1, max_length = 200)]
     pub name: String,
+    #[schema(schema_with = neighbouring)]
     pub neighbouring: String,
     pub sensitivity: SensitivityView,
     pub budget: BudgetSpecView,
+    #[schema(minimum = 0, maximum = 8192)]
     pub spent: f64,
+    #[schema(minimum = 0)]
     pub releases: i64,
     pub created_at: DateTime<Utc>,
+    /// The public names of the cells, when the dataset was registered with them: every release
+    /// has exactly this many cells.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Names>, nullable = false, min_items = 2)]
     pub cells: Option<Vec<String>>,
+}
+
+fn neighbouring() -> SchemaRef {
+    schema::string()
+        .enum_values(Some(["replace_one", "add_remove_one", "custom"]))
+        .into()
 }
 
 impl From<&Dataset> for DatasetView {
@@ -140,23 +282,35 @@ impl From<&Dataset> for DatasetView {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// The datasets, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = DatasetList)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetListView {
+    pub items: Vec<DatasetView>,
+}
+
+/// The release's RDP cost at the ledger order (rounded up to the ledger grid).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Cost)]
+#[serde(deny_unknown_fields)]
 pub struct CostView {
+    #[schema(exclusive_minimum = 1)]
     pub order: f64,
+    #[schema(minimum = 0, maximum = 8192)]
     pub epsilon: f64,
 }
 
+/// A stored release (a `Release` without `budget`).
 #[derive(Debug, Serialize)]
-pub struct ReleaseView {
+pub struct ReleaseRecordView {
     pub id: Uuid,
     pub dataset_id: Uuid,
     pub seq: i64,
     pub created_at: DateTime<Utc>,
     pub created_by: String,
-    /// A vector release's output; absent for tables.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub distribution: Option<Vec<f64>>,
-    /// A table release's rows, in request order; absent for vectors.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub distributions: Option<Vec<Vec<f64>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -167,30 +321,100 @@ pub struct ReleaseView {
     /// A table's row names, when the release was made with them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub row_names: Option<Vec<String>>,
+    /// The mechanism record as stored with the release.
     pub mechanism: Value,
     pub cost: CostView,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub budget: Option<BudgetView>,
 }
 
-/// Names as listed in JSON.
-pub fn names(names: Option<&Names>) -> Option<Vec<String>> {
-    names.map(|n| n.as_slice().to_vec())
+impl PartialSchema for ReleaseRecordView {
+    fn schema() -> RefOr<Schema> {
+        let who_and_when = schema::closed()
+            .description(Some(
+                "A stored release (a `Release` without `budget`). A vector release carries \
+                 `distribution`, a table release `distributions`.",
+            ))
+            .property("id", schema::formatted("uuid"))
+            .property("dataset_id", schema::formatted("uuid"))
+            .property("seq", schema::integer().minimum(Some(1)))
+            .property("created_at", schema::formatted("date-time"))
+            .property(
+                "created_by",
+                schema::string()
+                    .min_length(Some(1))
+                    .description(Some("`admin` or the id of the analyst token.")),
+            )
+            .property(
+                "distribution",
+                schema::described("Distribution", "A vector release's output."),
+            )
+            .property(
+                "distributions",
+                schema::described("Distributions", "A table release's rows, in request order."),
+            )
+            .property("label", schema::component(&crate::ledger::Label::name()))
+            .property(
+                "cells",
+                schema::described(
+                    &Names::name(),
+                    "The dataset's cell names, when it has them (not in listings: a page names \
+                     them once).",
+                ),
+            )
+            .property(
+                "row_names",
+                schema::described(
+                    &Names::name(),
+                    "A table release's row names, when it was made with them.",
+                ),
+            )
+            .property("mechanism", schema::component(&Mechanism::name()))
+            .property("cost", schema::component(&CostView::name()));
+        let required = [
+            "id",
+            "dataset_id",
+            "seq",
+            "created_at",
+            "created_by",
+            "mechanism",
+            "cost",
+        ];
+        schema::asserting(
+            required
+                .into_iter()
+                .fold(who_and_when, |o, r| o.required(r)),
+            [schema::exactly_one_of("distribution", "distributions")],
+        )
+        .into()
+    }
 }
 
-impl ReleaseView {
+impl ToSchema for ReleaseRecordView {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "ReleaseRecord".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, SchemaRef)>) {
+        schemas.push(("Distribution".into(), Distribution::schema()));
+        schemas.push(("Distributions".into(), Distributions::schema()));
+        schemas.push((
+            crate::ledger::Label::name().into(),
+            crate::ledger::Label::schema(),
+        ));
+        schemas.push((Names::name().into(), Names::schema()));
+        schemas.push((Mechanism::name().into(), Mechanism::schema()));
+        Mechanism::schemas(schemas);
+        schemas.push((CostView::name().into(), CostView::schema()));
+    }
+}
+
+impl ReleaseRecordView {
     /// `cells` are the dataset's cell names; a listing gives them once for its page instead.
-    pub fn new(
-        r: Release,
-        order: f64,
-        cells: Option<&Names>,
-        budget: Option<&BudgetState>,
-    ) -> Self {
+    pub fn new(r: Release, order: f64, cells: Option<&Names>) -> Self {
         let (distribution, distributions) = match r.output {
             Output::Vector(v) => (Some(v), None),
             Output::Table(t) => (None, Some(t.iter_rows().map(<[f64]>::to_vec).collect())),
         };
-        ReleaseView {
+        ReleaseRecordView {
             id: r.id,
             dataset_id: r.dataset_id,
             seq: r.seq,
@@ -206,20 +430,76 @@ impl ReleaseView {
                 order,
                 epsilon: r.cost.to_f64(),
             },
-            budget: budget.map(BudgetView::from),
         }
     }
 }
 
-/// A listed release with `fields=summary`: who, when, what it cost and its label.
+/// A release as its creation answers it: the stored release and the ledger right after its
+/// charge.
 #[derive(Debug, Serialize)]
+pub struct ReleaseView {
+    #[serde(flatten)]
+    pub record: ReleaseRecordView,
+    pub budget: BudgetView,
+}
+
+impl ReleaseView {
+    pub fn new(r: Release, order: f64, cells: Option<&Names>, budget: &BudgetState) -> Self {
+        ReleaseView {
+            record: ReleaseRecordView::new(r, order, cells),
+            budget: BudgetView::from(budget),
+        }
+    }
+}
+
+impl PartialSchema for ReleaseView {
+    /// `ReleaseRecord`'s schema with `budget`: the same fields by construction.
+    fn schema() -> RefOr<Schema> {
+        let RefOr::T(Schema::Object(mut release)) = ReleaseRecordView::schema() else {
+            unreachable!("a derived struct schema is an object")
+        };
+        release.description = Some(
+            "A release as created (or replayed): the stored release and `budget`, the ledger \
+             right after this release was charged. A vector release carries `distribution`, a \
+             table release `distributions`."
+                .into(),
+        );
+        release.properties.insert(
+            "budget".into(),
+            schema::described("Budget", "The ledger right after this release was charged."),
+        );
+        release.required.push("budget".into());
+        RefOr::T(Schema::Object(release))
+    }
+}
+
+impl ToSchema for ReleaseView {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "Release".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, SchemaRef)>) {
+        ReleaseRecordView::schemas(schemas);
+        schemas.push((BudgetView::name().into(), BudgetView::schema()));
+        BudgetView::schemas(schemas);
+    }
+}
+
+/// A stored release without its output and mechanism record (`fields=summary`).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = ReleaseSummary)]
+#[serde(deny_unknown_fields)]
 pub struct ReleaseSummaryView {
     pub id: Uuid,
     pub dataset_id: Uuid,
+    #[schema(minimum = 1)]
     pub seq: i64,
     pub created_at: DateTime<Utc>,
+    /// `admin` or the id of the analyst token.
+    #[schema(min_length = 1)]
     pub created_by: String,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<crate::ledger::Label>, nullable = false)]
     pub label: Option<String>,
     pub cost: CostView,
 }
@@ -240,3 +520,91 @@ impl ReleaseSummaryView {
         }
     }
 }
+
+/// One page of releases, newest first: every item a `ReleaseRecord`, or with `fields=summary`
+/// every item a `ReleaseSummary`.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = ReleaseList)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseListView {
+    #[schema(inline)]
+    pub items: ReleaseItems,
+    /// Pass as `before` for the next page; null on the last page. A page ends early (with fewer
+    /// than `limit` items) when the next release would take its JSON past the configured
+    /// `max_page_bytes`; a single release always fits.
+    #[schema(minimum = 1, required = true)]
+    pub next_before: Option<i64>,
+    /// The dataset's cell names, when it has them: the columns of every item's output.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Names>, nullable = false)]
+    pub cells: Option<Vec<String>>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum ReleaseItems {
+    Records(Vec<ReleaseRecordView>),
+    Summaries(Vec<ReleaseSummaryView>),
+}
+
+impl PartialSchema for ReleaseItems {
+    fn schema() -> RefOr<Schema> {
+        schema::array(schema::one_of([
+            schema::component("ReleaseRecord"),
+            schema::component("ReleaseSummary"),
+        ]))
+        .into()
+    }
+}
+
+impl ToSchema for ReleaseItems {
+    fn schemas(schemas: &mut Vec<(String, SchemaRef)>) {
+        schemas.push((
+            ReleaseRecordView::name().into(),
+            ReleaseRecordView::schema(),
+        ));
+        ReleaseRecordView::schemas(schemas);
+        schemas.push((
+            ReleaseSummaryView::name().into(),
+            ReleaseSummaryView::schema(),
+        ));
+        ReleaseSummaryView::schemas(schemas);
+    }
+}
+
+/// The released point of the simplex, one value per cell. For `gaussian` and `laplace` it is
+/// the Euclidean projection of z/Σz onto the simplex, z the integer noisy counts (uniform when
+/// Σz ≤ 0).
+pub struct Distribution;
+
+impl PartialSchema for Distribution {
+    fn schema() -> RefOr<Schema> {
+        schema::array(schema::between(0.0, 1.0))
+            .min_items(Some(2))
+            .description(Some(
+                "The released point of the simplex, one value per cell. For `gaussian` and \
+                 `laplace` it is the Euclidean projection of z/Σz onto the simplex, z the integer \
+                 noisy counts (uniform when Σz ≤ 0).",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for Distribution {}
+
+/// The released rows of a `table` request, in request order.
+pub struct Distributions;
+
+impl PartialSchema for Distributions {
+    fn schema() -> RefOr<Schema> {
+        schema::array(schema::component("Distribution"))
+            .min_items(Some(1))
+            .description(Some(
+                "The released rows of a `table` request, in request order; each a point of the \
+                 simplex.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for Distributions {}

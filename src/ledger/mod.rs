@@ -179,7 +179,7 @@ impl Table {
 
     /// `values` cut into `rows` rows; `None` unless that is a whole number ≥ 1 of cells each.
     pub fn from_flat(values: Vec<f64>, rows: usize) -> Option<Table> {
-        if rows == 0 || values.is_empty() || values.len() % rows != 0 {
+        if rows == 0 || values.is_empty() || !values.len().is_multiple_of(rows) {
             return None;
         }
         Some(Table {

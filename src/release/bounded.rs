@@ -6,7 +6,12 @@
 //! release at the ledger order, so whichever curve `price` uses (001 Corollary 3 or the exact
 //! ε*) is the one the parameters are solved for.
 
-use serde_json::{json, Value};
+use std::borrow::Cow;
+
+use serde::Serialize;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
 
 use super::record::{Mechanism, PriorRecord};
 use super::{price, Draw, PlanError, Target};
@@ -17,6 +22,7 @@ use crate::privacy::gohari::GohariSetting;
 use crate::privacy::sampler::{release_shapes, try_sample_dirichlet, CsRng};
 use crate::privacy::types::Relation;
 use crate::privacy::{Counts, Delta, DirichletParams, Epsilon, Order, Prior, Sensitivity};
+use crate::schema::{self, SchemaRef};
 /// δ at which the preview's `gohari` comparison is made when the dataset has no (ε, δ) target.
 pub const DEFAULT_GOHARI_DELTA: f64 = 1e-5;
 
@@ -209,6 +215,29 @@ pub fn plan_bounded(
     Ok((draw, record, cap))
 }
 
+/// With `lower_bound` only: the same request without the bound — the r and α its calibration
+/// would give and its cost at the ledger order (null where none exists, e.g. α = 0 alone) — so
+/// the bound's gain in r (or in α for `posterior`) can be read off next to `mechanism`. For a
+/// table it is priced as the table is (d = cells per row, the table form of the relation).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WithoutBound {
+    #[schema(schema_with = nullable_positive, required = true)]
+    pub r: Option<f64>,
+    #[schema(schema_with = nullable_cells, required = true)]
+    pub alpha: Option<CellValues>,
+    #[schema(schema_with = nullable_positive, required = true)]
+    pub epsilon: Option<f64>,
+}
+
+fn nullable_positive() -> SchemaRef {
+    schema::nullable(schema::component("PositiveNumber")).into()
+}
+
+fn nullable_cells() -> SchemaRef {
+    schema::nullable(schema::component("NonNegativeCells")).into()
+}
+
 /// The preview's comparison: the same request without the lower bound (r and α it would get,
 /// and its price at the ledger order), so a user sees the bound's gain. `None` without a bound.
 pub fn without_bound(
@@ -216,7 +245,7 @@ pub fn without_bound(
     d: usize,
     ledger_order: Order,
     sens: &Sensitivity,
-) -> Option<Value> {
+) -> Option<WithoutBound> {
     spec.lower.as_ref()?;
     let zero = CellValues::Uniform(0.0);
     Some(match solve(&spec.mode, &zero, sens, d) {
@@ -225,10 +254,112 @@ pub fn without_bound(
                 Some(alpha) => price(&Draw::Dirichlet { r, alpha }, ledger_order, sens, d),
                 None => f64::INFINITY,
             };
-            json!({"r": r, "alpha": alpha, "epsilon": cost.is_finite().then_some(cost)})
+            WithoutBound {
+                r: Some(r),
+                alpha: Some(alpha),
+                epsilon: cost.is_finite().then_some(cost),
+            }
         }
-        Err(_) => json!({"r": null, "alpha": null, "epsilon": null}),
+        Err(_) => WithoutBound {
+            r: None,
+            alpha: None,
+            epsilon: None,
+        },
     })
+}
+
+/// The preview's `gohari`: seed 003's own (ε, δ) for the bounded draw, or why it does not apply.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum GohariView {
+    Guarantee(GohariGuarantee),
+    NotApplicable(GohariNotApplicable),
+}
+
+/// Theorem 1's (ε, δ) with its parameters, next to the ledger's RDP route.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GohariGuarantee {
+    /// k = rN.
+    #[schema(exclusive_minimum = 0)]
+    pub k: f64,
+    /// η = min L / N.
+    #[schema(exclusive_minimum = 0)]
+    pub eta: f64,
+    pub epsilon: f64,
+    #[schema(exclusive_minimum = 0, exclusive_maximum = 1)]
+    pub delta: f64,
+    #[schema(exclusive_minimum = 0)]
+    pub gamma: f64,
+    /// Whether this release is the prior-free draw Dir(k·p) that 003's statement covers.
+    pub prior_free: bool,
+    pub rdp_route: RdpRoute,
+}
+
+/// The best CKS20 conversion over orders of the curve the ledger charges (null where there is
+/// none).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RdpRoute {
+    #[schema(schema_with = nullable_non_negative, required = true)]
+    pub epsilon: Option<f64>,
+    pub delta: f64,
+    #[schema(schema_with = nullable_order, required = true)]
+    pub order: Option<f64>,
+}
+
+fn nullable_non_negative() -> SchemaRef {
+    schema::nullable(schema::number().minimum(Some(0.0))).into()
+}
+
+fn nullable_order() -> SchemaRef {
+    schema::nullable(schema::component("Order")).into()
+}
+
+/// Where Theorem 1 does not apply: `epsilon` is null and `reason` says why.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GohariNotApplicable {
+    /// Always null.
+    #[schema(schema_with = schema::null)]
+    pub epsilon: (),
+    pub delta: f64,
+    pub reason: String,
+    pub prior_free: bool,
+}
+
+impl PartialSchema for GohariView {
+    fn schema() -> RefOr<Schema> {
+        schema::one_of([
+            schema::component("GohariGuarantee"),
+            schema::component("GohariNotApplicable"),
+        ])
+        .description(Some(
+            "With `lower_bound` on `counts` only (never for a table: Theorem 1 is stated for one \
+             vector whose total N stays fixed, and under `replace_one` a record moving between two \
+             rows changes both rows' totals): seed 003's own (ε, δ) guarantee (Theorem 1 with the \
+             union-bound δ) for Dir(k·p) with k = rN and η = min L / N (N = the submitted total, \
+             replace one: h = 1/N, |W| = d − 1, η̄ = η), at the dataset's δ or 1e-5 when it has \
+             none, next to `rdp_route`: the best CKS20 conversion over orders of the curve the \
+             ledger charges. Informational: the ledger charges the RDP route. 003's statement \
+             covers data with every cell ≥ L and the prior-free draw (`prior_free`). Where it \
+             does not apply (not `replace_one`, a cell with L = 0, η ≥ (1 − η)/2) `epsilon` is \
+             null and `reason` says why.",
+        ))
+        .into()
+    }
+}
+
+impl ToSchema for GohariView {
+    fn name() -> Cow<'static, str> {
+        "Gohari".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, SchemaRef)>) {
+        schemas.push(("GohariGuarantee".into(), GohariGuarantee::schema()));
+        schemas.push(("RdpRoute".into(), RdpRoute::schema()));
+        schemas.push(("GohariNotApplicable".into(), GohariNotApplicable::schema()));
+    }
 }
 
 /// The preview's `gohari` key for a bounded release: 003 Theorem 1's (ε, δ) for Dir(k·p) with
@@ -241,7 +372,7 @@ pub fn gohari_view(
     counts: &Counts,
     sens: &Sensitivity,
     dataset_delta: Option<f64>,
-) -> Option<Value> {
+) -> Option<GohariView> {
     let Draw::Bounded { r, alpha, lower } = draw else {
         return None;
     };
@@ -250,7 +381,12 @@ pub fn gohari_view(
     let n = counts.total();
     let prior_free = (0..d).all(|i| (alpha.at(i) - r * lower.at(i)).abs() <= 1e-12 * alpha.at(i));
     let none = |reason: &str| {
-        Some(json!({"epsilon": null, "delta": delta, "reason": reason, "prior_free": prior_free}))
+        Some(GohariView::NotApplicable(GohariNotApplicable {
+            epsilon: (),
+            delta,
+            reason: reason.to_string(),
+            prior_free,
+        }))
     };
     if sens.relation() != Relation::ReplaceOne {
         return none("Gohari et al.'s Theorem 1 covers replace_one datasets only");
@@ -289,14 +425,18 @@ pub fn gohari_view(
             best_order = lambda;
         }
     }
-    Some(json!({
-        "k": setting.k,
-        "eta": setting.eta,
-        "epsilon": gohari.epsilon,
-        "delta": gohari.delta,
-        "gamma": gohari.gamma,
-        "prior_free": prior_free,
-        "rdp_route": {"epsilon": best.is_finite().then_some(best), "delta": delta, "order": best.is_finite().then_some(best_order)},
+    Some(GohariView::Guarantee(GohariGuarantee {
+        k: setting.k,
+        eta: setting.eta,
+        epsilon: gohari.epsilon,
+        delta: gohari.delta,
+        gamma: gohari.gamma,
+        prior_free,
+        rdp_route: RdpRoute {
+            epsilon: best.is_finite().then_some(best),
+            delta,
+            order: best.is_finite().then_some(best_order),
+        },
     }))
 }
 

@@ -5,8 +5,13 @@
 //! not depend on the field order here; the field names and which are present are part of every
 //! stored row (tests/it/golden.rs pins them). Absent fields are left out, never `null`.
 
+use std::borrow::Cow;
+
 use serde::Serialize;
 use serde_json::Value;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
 
 use super::request::Kind;
 use super::Target;
@@ -14,11 +19,16 @@ use crate::privacy::bounded::CellValues;
 use crate::privacy::curve::Pricing;
 #[cfg(test)]
 use crate::privacy::Prior;
+use crate::schema::{self, SchemaRef};
 
-/// The calibration target a release was solved for, as asked (before the ledger grid).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+/// The target a calibrated mechanism was solved for, as asked (before the ledger grid).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ToSchema)]
+#[schema(as = Calibration)]
+#[serde(deny_unknown_fields)]
 pub struct CalibrationRecord {
+    #[schema(exclusive_minimum = 1)]
     pub order: f64,
+    #[schema(exclusive_minimum = 0)]
     pub epsilon: f64,
 }
 
@@ -129,6 +139,207 @@ impl Mechanism {
     pub fn to_value(&self) -> Value {
         // Plain numbers, strings and arrays: serialising cannot fail.
         serde_json::to_value(self).expect("a mechanism record serialises")
+    }
+}
+
+// ------------------------------------------------------------------------ in openapi.yaml
+
+impl Kind {
+    /// The name of this mechanism's record schema in openapi.yaml.
+    pub fn record_schema_name(self) -> &'static str {
+        match self {
+            Kind::Dirichlet => "DirichletMechanism",
+            Kind::Posterior => "PosteriorMechanism",
+            Kind::Diffuse => "DiffuseMechanism",
+            Kind::Explicit => "ExplicitMechanism",
+            Kind::Gaussian => "GaussianMechanism",
+            Kind::Laplace => "LaplaceMechanism",
+            Kind::Exponential => "ExponentialMechanism",
+        }
+    }
+
+    /// The record of this mechanism: which fields of [`Mechanism`] it sets.
+    fn record_schema(self) -> Schema {
+        let pricing = schema::component("Pricing");
+        let record = schema::closed()
+            .property("kind", schema::constant(self.name()))
+            .required("kind")
+            .required("pricing");
+        let positive = || schema::component("PositiveNumber");
+        let effective = || {
+            schema::described(
+                "Alpha",
+                "With `lower_bound`, the prior α + rL the release is priced with.",
+            )
+        };
+        let record = match self {
+            Kind::Dirichlet => record
+                .property("pricing", pricing)
+                .property("r", positive())
+                .property("alpha", schema::component("Alpha"))
+                .property(
+                    "prior",
+                    schema::described("PositiveNumber", "The base prior a₀."),
+                )
+                .property("calibration", schema::component("Calibration"))
+                .property("lower_bound", schema::component("LowerBound"))
+                .property("effective_alpha", effective())
+                .required("r")
+                .required("alpha")
+                .required("prior")
+                .required("calibration"),
+            Kind::Posterior | Kind::Diffuse => {
+                let record = record
+                    .property("pricing", pricing)
+                    .property("r", positive())
+                    .property(
+                        "alpha",
+                        schema::described(
+                            "NonNegativeCells",
+                            "The prior α (0 only in cells where `lower_bound` > 0).",
+                        ),
+                    )
+                    .property("calibration", schema::component("Calibration"));
+                let record = match self {
+                    Kind::Posterior => record.property(
+                        "prior_shape",
+                        schema::described("NonNegativeCells", "The prior's shape s: α = m·s."),
+                    ),
+                    _ => record,
+                };
+                record
+                    .property("lower_bound", schema::component("LowerBound"))
+                    .property("effective_alpha", effective())
+                    .required("r")
+                    .required("alpha")
+                    .required("calibration")
+            }
+            Kind::Explicit => record
+                .property("pricing", pricing)
+                .property("r", positive())
+                .property("alpha", schema::component("NonNegativeCells"))
+                .property("lower_bound", schema::component("LowerBound"))
+                .property("effective_alpha", effective())
+                .required("r")
+                .required("alpha"),
+            Kind::Exponential => record
+                .property("pricing", pricing)
+                .property("epsilon", positive())
+                .property("prior", schema::component("BetaPrior"))
+                .property(
+                    "n",
+                    schema::integer()
+                        .minimum(Some(0))
+                        .description(Some("successes + failures (public for this mechanism).")),
+                )
+                .property(
+                    "sensitivity",
+                    schema::between(0.0, 1.0).description(Some(
+                        "Δ_g = max_j H(r_j, r_{j+1}), the global sensitivity of the Hellinger \
+                         utility (0 when n = 0, a single candidate).",
+                    )),
+                )
+                .property(
+                    "sensitivity_used",
+                    schema::above(0.0).description(Some(
+                        "Δ_g rounded up by the bound on the floating-point error of every computed \
+                         H (the selection divides by this).",
+                    )),
+                )
+                .property(
+                    "selected",
+                    schema::integer().minimum(Some(0)).description(Some(
+                        "The selected candidate j* (absent in a preview, which draws nothing).",
+                    )),
+                )
+                .property(
+                    "posterior",
+                    schema::described(
+                        "BetaPrior",
+                        "The selected posterior Beta(α + j*, β + n − j*); `distribution` is its \
+                         mean.",
+                    ),
+                )
+                .required("epsilon")
+                .required("prior")
+                .required("n")
+                .required("sensitivity")
+                .required("sensitivity_used"),
+            Kind::Gaussian | Kind::Laplace => {
+                let (own, pricing) = match self {
+                    Kind::Gaussian => (
+                        "sigma",
+                        "Which curve priced the charge. `exact`: λΔ2²/(2σ²) is the exact \
+                         worst-case Rényi divergence of the discrete Gaussian (histogram relations \
+                         at an integer ledger order, CKS20). `bound`: an upper bound (a \
+                         non-integer order, or a custom relation).",
+                    ),
+                    _ => (
+                        "scale",
+                        "`exact`: the discrete Laplace's exact worst-case Rényi divergence \
+                         (histogram relations). `bound`: the pure-DP/zCDP bound used for custom \
+                         relations.",
+                    ),
+                };
+                record
+                    .property(own, positive())
+                    .property("calibration", schema::component("Calibration"))
+                    .property("pricing", schema::described("Pricing", pricing))
+                    .required(own)
+            }
+        };
+        record.into()
+    }
+}
+
+impl PartialSchema for Mechanism {
+    fn schema() -> RefOr<Schema> {
+        schema::one_of(
+            Kind::ALL
+                .iter()
+                .map(|kind| schema::component(kind.record_schema_name())),
+        )
+        .description(Some(
+            "The mechanism as carried out, with the parameters it used (one shape per `kind`).",
+        ))
+        .into()
+    }
+}
+
+impl ToSchema for Mechanism {
+    fn schemas(schemas: &mut Vec<(String, SchemaRef)>) {
+        for kind in Kind::ALL {
+            schemas.push((
+                kind.record_schema_name().into(),
+                kind.record_schema().into(),
+            ));
+        }
+        schemas.push(("Calibration".into(), CalibrationRecord::schema()));
+        schemas.push((Pricing::name().into(), Pricing::schema()));
+    }
+}
+
+impl PartialSchema for Pricing {
+    fn schema() -> RefOr<Schema> {
+        schema::string()
+            .enum_values(Some(["exact", "bound"]))
+            .description(Some(
+                "Which RDP curve priced the release. `exact`: the exact worst-case Rényi \
+                 divergence over the dataset's neighbouring relation — for a Dirichlet draw on \
+                 `replace_one` or `add_remove_one` the closed form ε* of docs/PRIVACY.md (\"Exact \
+                 pricing\"), for discrete Gaussian and discrete Laplace noise their exact curves \
+                 on the histogram relations (see the gaussian and laplace mechanism records). \
+                 `bound`: an upper bound on it — 001 Corollary 3 for a Dirichlet draw on a custom \
+                 sensitivity, the documented bounds of the discrete baselines elsewhere, and \
+                 min(ε, λ₀ε²/8) for `exponential`.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for Pricing {
+    fn name() -> Cow<'static, str> {
+        "Pricing".into()
     }
 }
 

@@ -12,7 +12,6 @@
 
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use sha2::Sha256;
 
 use super::bounded::{self, BoundedMode, BoundedSpec};
@@ -26,6 +25,8 @@ use crate::privacy::exponential::BetaCandidates;
 use crate::privacy::types::Relation;
 use crate::privacy::{Counts, Epsilon, Order, Prior, Sensitivity};
 use crate::wire::{cells, non_null, rows, ScalarOrCells};
+
+mod schema;
 
 /// Counts above this lose integer precision in f64 and push Gamma shapes towards overflow; the
 /// service refuses them rather than sample from a distorted distribution.
@@ -61,7 +62,7 @@ pub enum Field {
 }
 
 impl Field {
-    const ALL: [Field; 8] = [
+    pub const ALL: [Field; 8] = [
         Field::Order,
         Field::Prior,
         Field::R,
@@ -394,7 +395,11 @@ impl Request {
     }
 
     /// With `lower_bound`: the same request without it, priced as this one is (the bound's gain).
-    pub fn without_bound(&self, ledger_order: Order, sensitivity: &Sensitivity) -> Option<Value> {
+    pub fn without_bound(
+        &self,
+        ledger_order: Order,
+        sensitivity: &Sensitivity,
+    ) -> Option<bounded::WithoutBound> {
         let Spec::Bounded(spec) = &self.spec else {
             return None;
         };
@@ -840,6 +845,7 @@ fn parse_exponential(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn ctx(relation: Sensitivity) -> Context {
         Context {

@@ -1,11 +1,15 @@
-//! openapi.yaml and the server agree, in both directions, on SQLite and on PostgreSQL.
+//! openapi.yaml: generated from the code, and the server agrees with it, on SQLite and on
+//! PostgreSQL.
 //!
-//! * Routes (`routes_match_the_description`): the server's route table (every `.route(...)` in
-//!   `src/http/*.rs` and `src/http/*/*.rs`, since axum cannot list its routes) is exactly the description's operations;
-//!   and, as a black box, every described operation is served (never the 404 `no such route` or
-//!   405 of the fallbacks), every other method on a described path is 405 `method-not-allowed`
-//!   whose `Allow` header lists exactly the described methods (HEAD comes with GET), and paths
-//!   the description does not have are 404 `no such route`.
+//! * The document (`the_committed_description_is_generated`): the committed openapi.yaml is the
+//!   description the code generates (`dirichlet_release::http::openapi`). Refresh it with
+//!   `UPDATE_OPENAPI=1 cargo test --test it openapi::` and review the diff.
+//! * Routes (`the_routes_are_the_described_operations`): the router and the description are one
+//!   value (every route is registered from its handler's `#[utoipa::path]`), so this checks, as a
+//!   black box, what that cannot: every described operation is served (never the 404 `no such
+//!   route` or 405 of the fallbacks), every other method on a described path is 405
+//!   `method-not-allowed` whose `Allow` header lists exactly the described methods (HEAD comes
+//!   with GET), and paths the description does not have are 404 `no such route`.
 //! * Responses (`every_response_matches_the_description`): a scenario that reaches every
 //!   operation and every status it declares. Every response is checked against the operation's
 //!   declared response: the status is declared, the Content-Type is one of the declared media
@@ -16,12 +20,17 @@
 //!   refusable by the schema must be refused by it. Finally every declared status of every
 //!   operation must have been seen (except 500, and 503/504 where only a failing database gives it),
 //!   as must every problem type.
+//! * Schemas ([`examples`]): the request schemas accept what the parser accepts and refuse what
+//!   it refuses, on hand-written bodies; the response schemas refuse what the server never sends;
+//!   every operation declares the problem responses its route can return.
 //! * `the_checks_can_fail`: the checking machinery itself refuses broken responses, so a
 //!   misconfigured validator cannot pass everything silently.
 //! * `reported::server_bugs_on_*` (ignored until fixed): requests on which the server, not the
 //!   description, is wrong.
 //!
 //! `cargo test --test it openapi::` (add `-- --include-ignored` for the reported bugs).
+
+mod examples;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -34,7 +43,6 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SPEC_FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.yaml");
-const HTTP_SOURCES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/http");
 /// The methods an OpenAPI path item may have.
 const SPEC_METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
@@ -130,6 +138,14 @@ impl Spec {
             }
         }
         panic!("a $ref cycle at {pointer}");
+    }
+
+    /// A schema, or the schema its `$ref` names.
+    fn resolve_schema<'a>(&'a self, schema: &'a Value) -> &'a Value {
+        match schema.get("$ref").and_then(Value::as_str) {
+            Some(target) => self.resolve(target).1,
+            None => schema,
+        }
     }
 
     fn operations(&self) -> Vec<Operation> {
@@ -722,130 +738,37 @@ async fn stalled_post(address: String, path: String) -> Reply {
     }
 }
 
+// ------------------------------------------------------------------------------ the document
+
+/// The committed openapi.yaml is what the code generates; `UPDATE_OPENAPI=1` rewrites it.
+#[test]
+fn the_committed_description_is_generated() {
+    let generated =
+        dirichlet_release::http::openapi::to_yaml(&dirichlet_release::http::openapi::document());
+    if std::env::var_os("UPDATE_OPENAPI").is_some() {
+        std::fs::write(SPEC_FILE, &generated).expect("writes openapi.yaml");
+        return;
+    }
+    let committed = std::fs::read_to_string(SPEC_FILE).expect("openapi.yaml is readable");
+    if committed != generated {
+        let line = committed
+            .lines()
+            .zip(generated.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| committed.lines().count().min(generated.lines().count()));
+        panic!(
+            "openapi.yaml is not the description the code generates (first difference at line \
+             {}). Refresh it with\n\n    UPDATE_OPENAPI=1 cargo test --test it openapi::\n\nand \
+             review the diff.",
+            line + 1
+        );
+    }
+}
+
 // ------------------------------------------------------------------------------ routes
 
-/// How many times `code` calls the function `name(` (or also the method `.name(`).
-fn calls(code: &str, name: &str, methods_too: bool) -> usize {
-    let call = format!("{name}(");
-    code.match_indices(&call)
-        .filter(|(start, _)| match code[..*start].chars().next_back() {
-            None => true,
-            Some('.') => methods_too,
-            Some(c) => !(c.is_alphanumeric() || c == '_'),
-        })
-        .count()
-}
-
-/// The server's routes, read from every `.route("PATH", METHOD_ROUTER)` in `src/http/*.rs` and
-/// its submodules.
-fn server_routes() -> BTreeSet<(String, String)> {
-    let mut routes = BTreeSet::new();
-    // src/http/*.rs and one level of submodules (src/http/releases/*.rs).
-    let mut files: Vec<_> = std::fs::read_dir(HTTP_SOURCES)
-        .expect("src/http")
-        .map(|e| e.unwrap().path())
-        .collect();
-    let subdirs: Vec<_> = files.iter().filter(|p| p.is_dir()).cloned().collect();
-    for dir in subdirs {
-        files.extend(std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()));
-    }
-    files.sort();
-    for file in files
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-    {
-        let source = std::fs::read_to_string(file).unwrap();
-        let code: String = source
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let name = file.display();
-        for unsupported in [
-            ".nest(",
-            ".nest_service(",
-            ".route_service(",
-            ".fallback_service(",
-        ] {
-            assert!(
-                !code.contains(unsupported),
-                "{name} uses {unsupported}: teach this test to read such routes"
-            );
-        }
-        for function in [
-            "any",
-            "on",
-            "any_service",
-            "on_service",
-            "get_service",
-            "post_service",
-        ] {
-            assert!(
-                calls(&code, function, false) == 0,
-                "{name} calls {function}(: teach this test to read such routes"
-            );
-        }
-        let mut rest = code.as_str();
-        while let Some(at) = rest.find(".route(") {
-            rest = &rest[at + ".route(".len()..];
-            let literal = rest
-                .trim_start()
-                .strip_prefix('"')
-                .unwrap_or_else(|| panic!("{name}: a .route( whose path is not a string literal; teach this test to read it"));
-            let end = literal.find('"').unwrap();
-            let path = &literal[..end];
-            let after = &literal[end + 1..];
-            let mut depth = 1;
-            let close = after
-                .char_indices()
-                .find(|&(_, c)| {
-                    match c {
-                        '(' => depth += 1,
-                        ')' => depth -= 1,
-                        _ => {}
-                    }
-                    depth == 0
-                })
-                .map(|(i, _)| i)
-                .unwrap_or_else(|| panic!("{name}: unbalanced .route( for {path}"));
-            let router = &after[..close];
-            let mut found = 0;
-            for method in SPEC_METHODS {
-                if calls(router, method, true) > 0 {
-                    routes.insert((path.to_string(), method.to_string()));
-                    found += 1;
-                }
-            }
-            assert!(
-                found > 0,
-                "{name}: no method in the router of {path}: {router}"
-            );
-        }
-    }
-    routes
-}
-
-async fn routes_match_the_description(backend: Backend) {
+async fn the_routes_are_the_described_operations(backend: Backend) {
     let spec = Spec::load();
-    let described: BTreeSet<(String, String)> = spec
-        .operations()
-        .into_iter()
-        .map(|o| (o.path, o.method))
-        .collect();
-    let served = server_routes();
-    assert!(
-        served.len() >= 10,
-        "the route scan found too little to be right: {served:?}"
-    );
-    assert_eq!(
-        served,
-        described,
-        "\nserved but not described: {:?}\ndescribed but not served: {:?}",
-        served.difference(&described).collect::<Vec<_>>(),
-        described.difference(&served).collect::<Vec<_>>()
-    );
-
-    // The same, as a black box.
     let app = spawn_app(backend).await;
     let api = Api::new(&app, &spec);
     let dataset = api
@@ -953,6 +876,24 @@ async fn routes_match_the_description(backend: Backend) {
 }
 
 impl Spec {
+    /// The `type` of every problem schema (`<Name>Problem`).
+    fn problem_types(&self) -> Vec<String> {
+        let types: Vec<String> = self.doc["components"]["schemas"]
+            .as_object()
+            .expect("openapi.yaml has schemas")
+            .iter()
+            .filter(|(name, _)| name.ends_with("Problem"))
+            .map(|(name, schema)| {
+                schema["properties"]["type"]["const"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{name} has no constant type"))
+                    .to_string()
+            })
+            .collect();
+        assert!(types.len() >= 20, "{types:?}");
+        types
+    }
+
     fn paths_operation(&self, template: &str, method: &str) -> Operation {
         self.operations()
             .into_iter()
@@ -1814,6 +1755,148 @@ async fn every_response_matches_the_description(backend: Backend) {
     .problem(404, "not-found")
     .await;
 
+    // ---------------------------------------------------------------- allocations and names
+    let cells = json!(["flu", "asthma", "measles", "other"]);
+    let team = api
+        .call("createDataset", "/v1/datasets")
+        .json(json!({"name": "team", "budget": {"order": 2, "epsilon": 2}, "cells": cells}))
+        .expect(201)
+        .await;
+    assert_eq!(team.body["cells"], cells);
+    let team = team.id();
+    for (bad, by_schema) in [
+        (json!(["flu"]), true),
+        (json!(["flu", "flu"]), true),
+        (json!(["flu", ""]), true),
+        (json!(["flu", 7]), true),
+    ] {
+        let call = api
+            .call("createDataset", "/v1/datasets")
+            .json(json!({"name": "x", "budget": {"order": 2, "epsilon": 1}, "cells": bad}));
+        let call = if by_schema {
+            call.refused_by_schema()
+        } else {
+            call
+        };
+        call.problem(422, "invalid-request").await;
+    }
+    let member = api
+        .call("createToken", "/v1/tokens")
+        .json(json!({"datasets": [team]}))
+        .expect(201)
+        .await;
+    let (member_id, member) = (
+        member.id(),
+        member.body["token"].as_str().unwrap().to_string(),
+    );
+    let team_allocations = format!("/v1/datasets/{team}/allocations");
+    let member_allocation = format!("{team_allocations}/{member_id}");
+    api.call("setAllocation", &member_allocation)
+        .token(&member)
+        .json(json!({"epsilon": 0.5}))
+        .problem(403, "forbidden")
+        .await;
+    api.call("setAllocation", &format!("{team_allocations}/{analyst_id}"))
+        .json(json!({"epsilon": 0.5}))
+        .problem(404, "not-found")
+        .await;
+    for bad in [
+        json!({"epsilon": -1}),
+        json!({"epsilon": "half"}),
+        json!({}),
+        json!({"epsilon": 1, "share": 1}),
+        json!({"epsilon": 9000}),
+    ] {
+        api.call("setAllocation", &member_allocation)
+            .json(bad)
+            .refused_by_schema()
+            .problem(422, "invalid-request")
+            .await;
+    }
+    let set = api
+        .call("setAllocation", &member_allocation)
+        .json(json!({"epsilon": 0.25}))
+        .expect(200)
+        .await;
+    assert_eq!(set.body["remaining"], 0.25);
+    let vector = json!({"counts": [7, 1, 0, 3], "epsilon": 0.125});
+    let team_releases = format!("/v1/datasets/{team}/releases");
+    let previewed = api
+        .call("previewRelease", &format!("{team_releases}/preview"))
+        .token(&member)
+        .json(vector.clone())
+        .expect(200)
+        .await;
+    assert_eq!(previewed.body["allocation_after"]["remaining"], 0.125);
+    assert_eq!(previewed.body["cells"], cells);
+    let released = api
+        .call("createRelease", &team_releases)
+        .token(&member)
+        .json(vector.clone())
+        .expect(201)
+        .await;
+    assert_eq!(released.body["cells"], cells);
+    let over = api
+        .call("createRelease", &team_releases)
+        .token(&member)
+        .json(json!({"counts": [7, 1, 0, 3], "epsilon": 0.25}))
+        .problem(409, "allocation-exhausted")
+        .await;
+    assert_eq!(over.body["allocation"]["remaining"], 0.125);
+    let budget = api
+        .call("getBudget", &format!("/v1/datasets/{team}/budget"))
+        .token(&member)
+        .expect(200)
+        .await;
+    assert_eq!(budget.body["allocation"]["spent"], 0.125);
+    // A table with row names; the wrong number of cells is refused.
+    let table = api
+        .call("createRelease", &team_releases)
+        .json(json!({"table": [[7, 1, 0, 3], [0, 0, 0, 0]], "row_names": ["0-17", "18+"], "epsilon": 0.125}))
+        .expect(201)
+        .await;
+    assert_eq!(table.body["row_names"], json!(["0-17", "18+"]));
+    api.call("createRelease", &team_releases)
+        .json(json!({"counts": [7, 1, 0], "epsilon": 0.125}))
+        .problem(422, "invalid-request")
+        .await;
+    api.call("previewRelease", &format!("{team_releases}/preview"))
+        .json(json!({"counts": [7, 1, 0, 3], "row_names": ["all"], "epsilon": 0.125}))
+        .refused_by_schema()
+        .problem(422, "invalid-request")
+        .await;
+    let page = api.call("listReleases", &team_releases).expect(200).await;
+    assert_eq!(page.body["cells"], cells);
+    api.call("getRelease", &format!("{team_releases}/{}", table.id()))
+        .expect(200)
+        .await;
+    let listed = api
+        .call("listAllocations", &team_allocations)
+        .expect(200)
+        .await;
+    assert_eq!(listed.body["changes"].as_array().unwrap().len(), 1);
+    api.call("listAllocations", &team_allocations)
+        .token(&member)
+        .expect(200)
+        .await;
+    api.call(
+        "listAllocations",
+        &format!("/v1/datasets/{big}/allocations"),
+    )
+    .token(&member)
+    .problem(404, "not-found")
+    .await;
+    api.call("removeAllocation", &member_allocation)
+        .token(&member)
+        .problem(403, "forbidden")
+        .await;
+    api.call("removeAllocation", &member_allocation)
+        .expect(204)
+        .await;
+    api.call("removeAllocation", &member_allocation)
+        .problem(404, "not-found")
+        .await;
+
     // ---------------------------------------------------------------- 401 on every secured operation
     let dataset_body = json!({"name": "x", "budget": {"order": 2, "epsilon": 1}});
     let secured: Vec<(&str, String, Option<Value>)> = vec![
@@ -1842,6 +1925,21 @@ async fn every_response_matches_the_description(backend: Backend) {
         ("listTokens", "/v1/tokens".into(), None),
         ("revokeToken", format!("/v1/tokens/{analyst_id}"), None),
         ("getAudit", format!("/v1/datasets/{dp}/audit"), None),
+        (
+            "listAllocations",
+            format!("/v1/datasets/{dp}/allocations"),
+            None,
+        ),
+        (
+            "setAllocation",
+            format!("/v1/datasets/{dp}/allocations/{analyst_id}"),
+            Some(json!({"epsilon": 0.1})),
+        ),
+        (
+            "removeAllocation",
+            format!("/v1/datasets/{dp}/allocations/{analyst_id}"),
+            None,
+        ),
     ];
     let tampered = format!("{}x", &analyst[..analyst.len() - 1]);
     for (id, path, json) in &secured {
@@ -1892,6 +1990,12 @@ async fn every_response_matches_the_description(backend: Backend) {
             "/v1/tokens".to_string(),
             json!({"datasets": [dp]}),
             r#"{"datasets": [Infinity]}"#,
+        ),
+        (
+            "setAllocation",
+            format!("/v1/datasets/{dp}/allocations/{analyst_id}"),
+            json!({"epsilon": 0.1}),
+            r#"{"epsilon": NaN}"#,
         ),
     ];
     for (id, path, valid, not_a_number) in &bodies {
@@ -1989,6 +2093,11 @@ async fn every_response_matches_the_description(backend: Backend) {
             "/v1/tokens".to_string(),
             json!({"datasets": many}),
         ),
+        (
+            "setAllocation",
+            format!("/v1/datasets/{tight_dataset}/allocations/0123456789abcdef"),
+            json!({"epsilon": 0.1, "padding": "x".repeat(2000)}),
+        ),
     ] {
         tight_api
             .call(id, &path)
@@ -2051,11 +2160,8 @@ async fn every_response_matches_the_description(backend: Backend) {
         "declared but never exercised (extend the scenario): {missing:?}"
     );
     let types: BTreeSet<&str> = seen.iter().map(|(_, _, t)| t.as_str()).collect();
-    let declared_types = spec
-        .at("#/components/schemas/Problem/properties/type/enum")
-        .as_array()
-        .unwrap();
-    let unseen: Vec<&Value> = declared_types
+    let declared_types = spec.problem_types();
+    let unseen: Vec<&String> = declared_types
         .iter()
         .filter(|t| {
             ![
@@ -2063,9 +2169,9 @@ async fn every_response_matches_the_description(backend: Backend) {
                 "/problems/service-unavailable",
                 "/problems/commit-outcome-unknown",
             ]
-            .contains(&t.as_str().unwrap())
+            .contains(&t.as_str())
         })
-        .filter(|t| !types.contains(t.as_str().unwrap()))
+        .filter(|t| !types.contains(t.as_str()))
         .collect();
     assert!(
         unseen.is_empty(),
@@ -2503,7 +2609,7 @@ fn the_checks_can_fail() {
 }
 
 on_both_backends!(
-    routes_match_the_description,
+    the_routes_are_the_described_operations,
     every_response_matches_the_description,
     previews_at_the_edges_of_f64_match_the_description
 );

@@ -1,14 +1,19 @@
 //! Retries: the `Idempotency-Key` header, the request fingerprint it is bound to, and the
 //! replay of a stored release (never a fresh sample: that would leak more than was paid for).
 
+use std::collections::BTreeMap;
+
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use subtle::ConstantTimeEq;
+use utoipa::openapi::RefOr;
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::super::error::ApiError;
 use super::super::extract::parse_json_bounded;
+use super::super::openapi;
 use super::super::views::ReleaseView;
 use super::super::AppState;
 use crate::ledger::Dataset;
@@ -52,7 +57,10 @@ pub fn body_fingerprint(
 }
 
 pub(super) fn created(view: ReleaseView, replayed: bool) -> Response {
-    let location = format!("/v1/datasets/{}/releases/{}", view.dataset_id, view.id);
+    let location = format!(
+        "/v1/datasets/{}/releases/{}",
+        view.record.dataset_id, view.record.id
+    );
     let mut response = (
         StatusCode::CREATED,
         [(header::LOCATION, location)],
@@ -65,6 +73,39 @@ pub(super) fn created(view: ReleaseView, replayed: bool) -> Response {
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     response
+}
+
+/// The 201 of `createRelease`: the release, where it is, whether it is a replay, and links to
+/// what a client reads next.
+pub(super) struct Created;
+
+impl utoipa::IntoResponses for Created {
+    fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+        let dataset = "$response.body#/dataset_id";
+        let response = openapi::created(
+            "Charged and drawn (or, with `Idempotent-Replayed: true`, replayed).",
+            &ReleaseView::name(),
+            &[
+                ("Location", "Location"),
+                ("Idempotent-Replayed", "IdempotentReplayed"),
+            ],
+            &[
+                (
+                    "GetRelease",
+                    openapi::link(
+                        "getRelease",
+                        &[("id", dataset), ("release_id", "$response.body#/id")],
+                    ),
+                ),
+                ("GetBudget", openapi::link("getBudget", &[("id", dataset)])),
+                (
+                    "ListReleases",
+                    openapi::link("listReleases", &[("id", dataset)]),
+                ),
+            ],
+        );
+        BTreeMap::from([("201".to_string(), response.into())])
+    }
 }
 
 /// The answer to a retry: the 201 the release got when it was committed — the stored release
@@ -87,7 +128,7 @@ pub(super) fn replay(
             release,
             dataset.order.get(),
             dataset.cells.as_ref(),
-            Some(&budget),
+            &budget,
         ),
         true,
     ))

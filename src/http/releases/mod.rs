@@ -10,44 +10,51 @@
 mod idempotency;
 mod list;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde::Serialize;
-use serde_json::Value;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
+use utoipa::{PartialSchema, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use uuid::Uuid;
 
 pub use idempotency::body_fingerprint;
 
 use super::auth::Caller;
-use super::error::ApiError;
+use super::error::{problems, ApiError};
 use super::extract::{parse_json_bounded, ApiJson, ApiPath};
 use super::limits::CommitGate;
+use super::openapi::{DatasetId, IdempotencyKey};
 use super::views::{
     allocation_json, budget_json, names, AllocationView, BudgetView, CostView, ReleaseView,
+    SortedJson,
 };
 use super::AppState;
 use crate::ledger::{
     Allocation, BudgetState, CommitOutcome, Dataset, Idempotency, Names, NewRelease, Units,
 };
 use crate::privacy::utility::Forecast;
+use crate::release::bounded::{GohariView, WithoutBound};
 use crate::release::record::Mechanism;
 use crate::release::request::{Context, Input, Request, RequestBody, RequestError};
 use crate::release::table;
 use crate::release::{self, Plan, PlanError, VectorForecast};
+use crate::schema::{self, SchemaRef};
 
 /// Draws with fewer cells than this run inline; larger ones move to the blocking pool.
 const INLINE_DRAW_CELLS: usize = 4096;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/v1/datasets/{id}/releases", get(list::list).post(create))
-        .route("/v1/datasets/{id}/releases/preview", post(preview))
-        .route("/v1/datasets/{id}/releases/{release_id}", get(list::show))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default()
+        .routes(routes!(create, list::list))
+        .routes(routes!(preview))
+        .routes(routes!(list::show))
 }
 
 impl From<RequestError> for ApiError {
@@ -155,6 +162,7 @@ pub fn plan_release(
     })
 }
 
+/// A preview: what the release would run, cost and give.
 #[derive(Serialize)]
 struct PreviewView {
     mechanism: Mechanism,
@@ -177,22 +185,139 @@ struct PreviewView {
     /// Tables: one forecast per row, rows in order. Absent for vectors.
     #[serde(skip_serializing_if = "Option::is_none")]
     forecasts: Option<Vec<Option<Forecast>>>,
-    /// With `lower_bound`: the same request without it (the bound's gain).
     #[serde(skip_serializing_if = "Option::is_none")]
-    without_bound: Option<Value>,
-    /// With `lower_bound` on a vector: seed 003's own (ε, δ) next to the RDP route's. Tables
-    /// have none: Theorem 1 is stated for one vector whose total N stays fixed, and under
-    /// replace_one a record moving between rows changes two rows' totals.
+    without_bound: Option<WithoutBound>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    gohari: Option<Value>,
+    gohari: Option<GohariView>,
 }
 
+impl PartialSchema for PreviewView {
+    fn schema() -> RefOr<Schema> {
+        let preview = schema::closed()
+            .description(Some(
+                "The price, whether the ledger would admit it, and a forecast. A vector request \
+                 gets `forecast`, a table request `forecasts` (one per row, in order).",
+            ))
+            .property("mechanism", schema::component(&Mechanism::name()))
+            .property("cost", schema::component(&CostView::name()))
+            .property(
+                "admissible",
+                schema::boolean().description(Some(
+                    "Whether the ledger would admit this release now: the dataset's budget and, \
+                     for an analyst with an allocation, the allocation.",
+                )),
+            )
+            .property(
+                "budget_after",
+                schema::described(
+                    &BudgetView::name(),
+                    "The ledger as it would be after this release (the current one when not \
+                     admissible).",
+                ),
+            )
+            .property(
+                "forecast",
+                schema::one_of([
+                    schema::component("Forecast"),
+                    schema::component("SelectionForecast"),
+                    schema::null(),
+                ])
+                .description(Some(
+                    "The Dirichlet family's `Forecast`; for `exponential` a `SelectionForecast`. \
+                     Null for the Gaussian and Laplace mechanisms, and for a `lower_bound` release \
+                     whose counts break the bound or whose α is 0 in a cell.",
+                )),
+            )
+            .property(
+                "allocation_after",
+                schema::described(
+                    "Allocation",
+                    "The calling analyst's allocation as it would be after this release (the \
+                     current one when not admissible); only for an analyst with an allocation.",
+                ),
+            )
+            .property(
+                "cells",
+                schema::described(
+                    &crate::ledger::Names::name(),
+                    "The dataset's cell names, when it has them.",
+                ),
+            )
+            .property(
+                "row_names",
+                schema::described(
+                    &crate::ledger::Names::name(),
+                    "A table request's row names, when it gave them: the rows of `forecasts`.",
+                ),
+            )
+            .property(
+                "forecasts",
+                schema::array(schema::nullable(schema::component("Forecast")))
+                    .min_items(Some(1))
+                    .description(Some(
+                        "One forecast per row of the table, in order; each null for the baselines.",
+                    )),
+            )
+            .property("without_bound", schema::component(&WithoutBound::name()))
+            .property("gohari", schema::component(&GohariView::name()))
+            .required("mechanism")
+            .required("cost")
+            .required("admissible")
+            .required("budget_after");
+        schema::asserting(preview, [schema::exactly_one_of("forecast", "forecasts")]).into()
+    }
+}
+
+impl ToSchema for PreviewView {
+    fn name() -> Cow<'static, str> {
+        "Preview".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, SchemaRef)>) {
+        schemas.push((Mechanism::name().into(), Mechanism::schema()));
+        Mechanism::schemas(schemas);
+        schemas.push((CostView::name().into(), CostView::schema()));
+        schemas.push((BudgetView::name().into(), BudgetView::schema()));
+        BudgetView::schemas(schemas);
+        schemas.push((
+            crate::ledger::Names::name().into(),
+            crate::ledger::Names::schema(),
+        ));
+        crate::release::forecast_schemas(schemas);
+        schemas.push((WithoutBound::name().into(), WithoutBound::schema()));
+        schemas.push((GohariView::name().into(), GohariView::schema()));
+        GohariView::schemas(schemas);
+    }
+}
+
+/// Price a release and forecast its utility without drawing or charging anything.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{id}/releases/preview",
+    operation_id = "previewRelease",
+    tag = "releases",
+    params(DatasetId),
+    request_body(content = RequestBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The price, whether the ledger would admit it, and a forecast.", body = PreviewView),
+        (status = 400, response = problems::MalformedRequest),
+        (status = 401, response = problems::Unauthorized),
+        (status = 404, response = problems::NotFound),
+        (status = 409, response = problems::PriceBeyondAnyBudget),
+        (status = 413, response = problems::PayloadTooLarge),
+        (status = 415, response = problems::UnsupportedMediaType),
+        (status = 422, response = problems::PreviewRejected),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
 async fn preview(
     State(state): State<AppState>,
     caller: Caller,
     ApiPath(id): ApiPath<Uuid>,
     ApiJson(body): ApiJson<RequestBody>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<SortedJson<PreviewView>, ApiError> {
     let (dataset, request, plan) = load_and_plan(&state, &caller, id, &body, false).await?;
     let budget = dataset.budget();
     let allocation = match &caller {
@@ -250,11 +375,52 @@ async fn preview(
         cells: names(dataset.cells.as_ref()),
         row_names: names(request.row_names.as_ref()),
     };
-    Ok(Json(
-        serde_json::to_value(view).map_err(|e| ApiError::Internal(e.to_string()))?,
-    ))
+    Ok(SortedJson(view))
 }
 
+/// Calibrate, charge and draw one private release.
+///
+/// Admission, the charge and the stored release are one transaction: the output is returned
+/// only if the charge was committed. With an `Idempotency-Key`, a retry of the same request
+/// returns the stored release (header `Idempotent-Replayed: true`) and charges nothing: the
+/// same 201 body as the original — the same release (id, seq, distribution, mechanism, cost)
+/// and the same `budget`, the ledger right after that release was charged (not the ledger at
+/// the time of the replay); the same key with a different request is 422
+/// `idempotency-key-reused`, and two `Idempotency-Key` headers are 422 `invalid-request`.
+///
+/// The request timeout cuts a release only before its commit starts: a 503 `timeout` means
+/// nothing was charged. A release whose commit started is answered with the commit's outcome
+/// however long past the request timeout the commit takes: 201, 409, or 503
+/// `service-unavailable` when the database refused or rolled it back (not charged), for as
+/// long as a database that is up may take to answer (its own lock, busy and statement
+/// deadlines, and the connection acquire timeout, plus a margin). Only a commit the database
+/// has not answered by then (a frozen or unreachable database), or whose connection failed
+/// after the commit was sent, is 504 `commit-outcome-unknown`: it may or may not have been
+/// charged, and a retry with the same `Idempotency-Key` tells. A release that would take the
+/// dataset's stored outputs past the configured quota (`max_stored_cells`) is 409
+/// `output-quota-exceeded` and charges nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{id}/releases",
+    operation_id = "createRelease",
+    tag = "releases",
+    params(DatasetId, IdempotencyKey),
+    request_body(content = RequestBody, content_type = "application/json"),
+    responses(
+        idempotency::Created,
+        (status = 400, response = problems::MalformedRequest),
+        (status = 401, response = problems::Unauthorized),
+        (status = 404, response = problems::NotFound),
+        (status = 409, response = problems::ReleaseConflict),
+        (status = 413, response = problems::PayloadTooLarge),
+        (status = 415, response = problems::UnsupportedMediaType),
+        (status = 422, response = problems::ReleaseRejected),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+        (status = 504, response = problems::CommitOutcomeUnknown),
+    )
+)]
 async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -389,7 +555,7 @@ async fn create(
                     release,
                     dataset.order.get(),
                     dataset.cells.as_ref(),
-                    Some(&budget),
+                    &budget,
                 ),
                 false,
             ))

@@ -1,0 +1,163 @@
+//! JSON Schema building blocks of the API description, which is generated from the code
+//! (`http::openapi` renders it as openapi.yaml): the schemas a derive cannot express are built
+//! with these.
+//!
+//! utoipa's schema model has no field for some JSON Schema keywords the contract needs (`const`,
+//! and assertions such as "exactly one of `counts` and `table`"). [`constant`] and [`asserting`]
+//! put them in a schema's extensions, which utoipa serialises flat into the schema object. Each
+//! schema object gets at most ONE such keyword (several assertions go into one `allOf`): the
+//! extensions are a hash map, so with two keys the rendered order would change from run to run.
+//!
+//! Mainstream client generators build a model from an object's `properties` and ignore
+//! assertion-only subschemas, so assertions keep the description as strict as the server without
+//! costing a generated client anything (scripts/openapi-client.sh checks one).
+
+use serde_json::Value;
+use utoipa::openapi::extensions::Extensions;
+use utoipa::openapi::schema::{
+    AdditionalProperties, ArrayBuilder, ObjectBuilder, OneOfBuilder, RefBuilder, Schema,
+    SchemaFormat, SchemaType, Type,
+};
+use utoipa::openapi::{Ref, RefOr};
+
+/// What a schema builder takes: a schema or a `$ref` to one.
+pub type SchemaRef = RefOr<Schema>;
+
+/// `$ref` to the component schema `name`.
+pub fn component(name: &str) -> SchemaRef {
+    RefOr::Ref(Ref::from_schema_name(name))
+}
+
+/// `$ref` to the component schema `name`, described where it is used.
+pub fn described(name: &str, description: &str) -> SchemaRef {
+    RefBuilder::new()
+        .ref_location_from_schema_name(name)
+        .description(Some(description))
+        .build()
+        .into()
+}
+
+pub fn number() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::Number)
+}
+
+pub fn integer() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::Integer)
+}
+
+pub fn string() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::String)
+}
+
+pub fn boolean() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::Boolean)
+}
+
+/// A string of the given format (`uuid`, `date-time`, `uri-reference`...).
+pub fn formatted(format: &str) -> ObjectBuilder {
+    string().format(Some(SchemaFormat::Custom(format.to_string())))
+}
+
+/// An object that may have other properties than those it lists.
+pub fn object() -> ObjectBuilder {
+    ObjectBuilder::new().schema_type(Type::Object)
+}
+
+/// An object that has exactly the properties it lists (`additionalProperties: false`).
+pub fn closed() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+}
+
+/// A number > `bound`.
+pub fn above(bound: f64) -> ObjectBuilder {
+    number().exclusive_minimum(Some(bound))
+}
+
+/// A number in [`min`, `max`].
+pub fn between(min: f64, max: f64) -> ObjectBuilder {
+    number().minimum(Some(min)).maximum(Some(max))
+}
+
+/// JSON `null`: the second arm of a [`nullable`] value.
+pub fn null() -> SchemaRef {
+    ObjectBuilder::new().schema_type(Type::Null).into()
+}
+
+/// `schema` or `null`.
+pub fn nullable(schema: impl Into<SchemaRef>) -> OneOfBuilder {
+    OneOfBuilder::new().item(schema).item(null())
+}
+
+pub fn one_of(items: impl IntoIterator<Item = SchemaRef>) -> OneOfBuilder {
+    items
+        .into_iter()
+        .fold(OneOfBuilder::new(), |one_of, item| one_of.item(item))
+}
+
+pub fn array(items: impl Into<SchemaRef>) -> ArrayBuilder {
+    ArrayBuilder::new().items(items.into())
+}
+
+/// Exactly `value`: a string or an integer `const` (client generators read it as a literal type).
+pub fn constant(value: impl Into<Value>) -> ObjectBuilder {
+    let value = value.into();
+    let kind = if value.is_string() {
+        Type::String
+    } else if value.is_i64() || value.is_u64() {
+        Type::Integer
+    } else {
+        panic!("constant: {value} is neither a string nor an integer")
+    };
+    ObjectBuilder::new()
+        .schema_type(SchemaType::new(kind))
+        .extensions(Some(keyword("const", value)))
+}
+
+/// `object` with the assertions `all` (JSON Schema subschemas that hold no properties of their
+/// own: `oneOf` of `required` lists, `if`/`then`/`else`, `not`) as its `allOf`.
+pub fn asserting(object: ObjectBuilder, all: impl IntoIterator<Item = Value>) -> ObjectBuilder {
+    object.extensions(Some(keyword(
+        "allOf",
+        Value::Array(all.into_iter().collect()),
+    )))
+}
+
+/// "Exactly one of `a` and `b` is present", as an assertion for [`asserting`].
+pub fn exactly_one_of(a: &str, b: &str) -> Value {
+    serde_json::json!({"oneOf": [{"required": [a]}, {"required": [b]}]})
+}
+
+fn keyword(name: &str, value: Value) -> Extensions {
+    Extensions::from_iter([(name, value)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn keywords_are_rendered_flat_in_the_schema() {
+        let schema: SchemaRef = constant("dirichlet").into();
+        assert_eq!(
+            serde_json::to_value(&schema).unwrap(),
+            json!({"type": "string", "const": "dirichlet"})
+        );
+        let schema: SchemaRef = asserting(closed(), [exactly_one_of("counts", "table")]).into();
+        assert_eq!(
+            serde_json::to_value(&schema).unwrap(),
+            json!({
+                "type": "object",
+                "additionalProperties": false,
+                "allOf": [{"oneOf": [{"required": ["counts"]}, {"required": ["table"]}]}]
+            })
+        );
+        let schema: SchemaRef = nullable(above(1.0)).into();
+        assert_eq!(
+            serde_json::to_value(&schema).unwrap(),
+            json!({"oneOf": [{"type": "number", "exclusiveMinimum": 1}, {"type": "null"}]})
+        );
+    }
+}
