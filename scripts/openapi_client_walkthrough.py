@@ -1,4 +1,4 @@
-"""The README walkthrough (steps 1-7) through a client generated from openapi.yaml.
+"""The README walkthrough (steps 1-8) through a client generated from openapi.yaml.
 
 scripts/openapi-client.sh generates the package `dirichlet_release_client` with
 openapi-python-client, puts it on PYTHONPATH and runs this against a live server (BASE, ADMIN).
@@ -12,6 +12,10 @@ import sys
 from typing import Any, TypeVar
 
 from dirichlet_release_client import AuthenticatedClient
+from dirichlet_release_client.api.allocations import (
+    list_allocations,
+    set_allocation,
+)
 from dirichlet_release_client.api.datasets import (
     create_dataset,
     get_budget,
@@ -20,6 +24,10 @@ from dirichlet_release_client.api.datasets import (
 from dirichlet_release_client.api.releases import create_release, preview_release
 from dirichlet_release_client.api.tokens import create_token, whoami
 from dirichlet_release_client.models import (
+    Allocation,
+    AllocationExhaustedProblem,
+    AllocationList,
+    AllocationSet,
     Budget,
     BudgetExhaustedProblem,
     Dataset,
@@ -60,15 +68,23 @@ def main() -> int:
     )
     counts = [120.0, 45, 3, 0, 17, 9]
 
-    step("1. Register a dataset: ε = 1 of Rényi-DP at order λ₀ = 2, replace_one.")
+    step(
+        "1. Register a dataset: ε = 1 of Rényi-DP at order λ₀ = 2, replace_one, named cells."
+    )
+    cells = ["flu", "asthma", "measles", "scurvy", "sprain", "other"]
     registration = DatasetCreate(
-        name="visits per diagnosis", budget=RdpBudgetRequest(order=2, epsilon=1.0)
+        name="visits per diagnosis",
+        budget=RdpBudgetRequest(order=2, epsilon=1.0),
+        cells=cells,
     )
     created = create_dataset.sync_detailed(client=admin, body=registration)
     dataset = parsed(created, 201, Dataset)
     assert created.headers["location"] == f"/v1/datasets/{dataset.id}"
     assert isinstance(dataset.budget, RdpBudgetSpec) and dataset.budget.epsilon == 1.0
-    print(f"dataset {dataset.id} ({dataset.name}, {dataset.neighbouring})")
+    assert dataset.cells == cells
+    print(
+        f"dataset {dataset.id} ({dataset.name}, {dataset.neighbouring}), cells {cells}"
+    )
 
     step("2. Preview a release at ε = 0.4: nothing is sampled, nothing is spent.")
     request = DirichletRequest(counts=counts, epsilon=0.4)
@@ -97,6 +113,7 @@ def main() -> int:
     assert isinstance(release.distribution, list) and len(release.distribution) == len(
         counts
     )
+    assert release.cells == cells
     retry = create_release.sync_detailed(
         dataset.id, client=admin, body=request, idempotency_key="visits-2026-11"
     )
@@ -181,7 +198,10 @@ def main() -> int:
             tables.id,
             client=admin,
             body=DirichletRequest(
-                table=rows, epsilon=0.5, label="diagnosis | by age band"
+                table=rows,
+                epsilon=0.5,
+                label="diagnosis | by age band",
+                row_names=["0-17", "18-64", "65+"],
             ),
             idempotency_key="visits-by-age-2026-11",
         ),
@@ -191,8 +211,61 @@ def main() -> int:
     assert not isinstance(table.distributions, Unset) and len(table.distributions) == 3
     assert isinstance(table.distribution, Unset)
     assert table.label == "diagnosis | by age band" and table.budget.releases == 1
+    assert table.row_names == ["0-17", "18-64", "65+"]
     print(f"table release {table.id} ({table.label}): {len(table.distributions)} rows,")
     print(f"  cost {table.cost.epsilon:.4g}, releases charged {table.budget.releases}")
+
+    step(
+        "8. An analyst's allocation of 0.3: a release of 0.4 is refused by it, 0.25 fits."
+    )
+    member = parsed(
+        create_token.sync_detailed(
+            client=admin, body=TokenCreate(datasets=[tables.id])
+        ),
+        201,
+        TokenCreated,
+    )
+    allocation = parsed(
+        set_allocation.sync_detailed(
+            tables.id, member.id, client=admin, body=AllocationSet(epsilon=0.3)
+        ),
+        200,
+        Allocation,
+    )
+    assert allocation.token_id == member.id and allocation.spent == 0
+    team = AuthenticatedClient(
+        base_url=base, token=member.token, raise_on_unexpected_status=True
+    )
+    vector = [40.0, 12, 1, 0, 5, 2]
+    over = parsed(
+        create_release.sync_detailed(
+            tables.id, client=team, body=DirichletRequest(counts=vector, epsilon=0.4)
+        ),
+        409,
+        AllocationExhaustedProblem,
+    )
+    assert over.type_ == "/problems/allocation-exhausted"
+    assert over.allocation.remaining == allocation.remaining
+    fits = parsed(
+        create_release.sync_detailed(
+            tables.id, client=team, body=DirichletRequest(counts=vector, epsilon=0.25)
+        ),
+        201,
+        Release,
+    )
+    mine = parsed(get_budget.sync_detailed(tables.id, client=team), 200, Budget)
+    assert not isinstance(mine.allocation, Unset)
+    assert mine.allocation.spent == fits.cost.epsilon
+    trail = parsed(
+        list_allocations.sync_detailed(tables.id, client=admin), 200, AllocationList
+    )
+    assert [c.token_id for c in trail.changes] == [member.id]
+    print(f"allocation of {member.id}: ε {allocation.epsilon:.4g}")
+    print(f"  0.4 refused: {over.status} {over.type_}")
+    print(
+        f"  0.25 released; spent {mine.allocation.spent:.4g}, "
+        f"{mine.allocation.remaining:.4g} left"
+    )
     print("\nwalkthrough through the generated client: all steps passed")
     return 0
 
