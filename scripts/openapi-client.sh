@@ -2,7 +2,7 @@
 # The description as a team meets it first: a Python client generated from openapi.yaml by a
 # mainstream generator, openapi-python-client (PyPI), then used. Fails if the generator warns about
 # anything (a schema or response it skipped, an operation it dropped), if any generated module
-# does not import, or if the README walkthrough (steps 1-7) run through the generated client
+# does not import, or if the README walkthrough (steps 1-8) run through the generated client
 # against a live server (scripts/serve.sh) does not pass: scripts/openapi_client_walkthrough.py
 # checks every answer as the typed model it was parsed into, the 409 as `BudgetExhaustedProblem`.
 #
