@@ -271,7 +271,7 @@ fn weight_exponent(n: u64) -> i32 {
 /// An index drawn with probability weights[i]/Σweights, exactly: a uniform integer below the
 /// total by rejection from masked 128-bit words (no modulo bias, no float), then a walk over
 /// the cumulative sums. The walk's time depends on the selected index only, which is the output.
-fn draw_index(weights: &[u128], rng: &mut CsRng) -> usize {
+pub(crate) fn draw_index(weights: &[u128], rng: &mut CsRng) -> usize {
     let total: u128 = weights.iter().sum();
     let mask = u128::MAX >> (total - 1).leading_zeros().min(127);
     let u = loop {
