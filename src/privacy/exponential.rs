@@ -79,6 +79,8 @@ pub struct BetaCandidates {
     n: u64,
     alpha: f64,
     beta: f64,
+    /// Δ̂_g, computed once by [`BetaCandidates::new`] (it takes n distances).
+    sensitivity: f64,
 }
 
 impl BetaCandidates {
@@ -90,7 +92,15 @@ impl BetaCandidates {
         if alpha + beta + n as f64 > MAX_PARAMETER_TOTAL {
             return Err(ExponentialError::PriorTooLarge);
         }
-        let candidates = Self { n, alpha, beta };
+        let mut candidates = Self {
+            n,
+            alpha,
+            beta,
+            sensitivity: f64::NAN,
+        };
+        candidates.sensitivity = (0..n)
+            .map(|j| candidates.hellinger(j, j + 1))
+            .fold(0.0, f64::max);
         // Fail closed: every figure the release divides by or publishes must be a finite
         // number in its range. Below the cap a large prior can still cancel every digit of
         // the distances (prior [1, 2⁴⁹] at n = 1: its two candidates compute as H = 0).
@@ -127,9 +137,7 @@ impl BetaCandidates {
 
     /// Δ̂_g = max_j H(r_j, r_{j+1}), as computed (002 §2.1/§3.1).
     pub fn global_sensitivity(&self) -> f64 {
-        (0..self.n)
-            .map(|j| self.hellinger(j, j + 1))
-            .fold(0.0, f64::max)
+        self.sensitivity
     }
 
     /// The sensitivity the selection divides by: Δ̂_g inflated to cover the float error of every
