@@ -268,9 +268,9 @@ enum Tail {
 
 /// The split of β between the event "the noisy total is too small" (a fraction f of β) and
 /// "the noise vector is too long" (the rest); every split is a valid bound, the smallest wins.
-const SPLITS: [f64; 7] = [0.01, 0.03, 0.1, 0.2, 0.35, 0.5, 0.7];
+const SPLITS: [f64; 4] = [0.01, 0.05, 0.2, 0.5];
 /// The margins s = f·n of the total tried by the cell bound.
-const MARGINS: [f64; 9] = [0.001, 0.003, 0.01, 0.03, 0.1, 0.2, 0.35, 0.5, 0.7];
+const MARGINS: [f64; 6] = [0.001, 0.01, 0.05, 0.15, 0.3, 0.5];
 
 impl Noise {
     fn law(&self) -> Option<Law> {
@@ -394,14 +394,37 @@ impl Law {
         let df = d as f64;
         match self.tail {
             Tail::SubGaussian { proxy } => (2.0 * df * proxy * l).sqrt(),
-            Tail::Laplace { u, one_minus_p } => {
-                // s(t) = (d·ln M(t) + ln(1/β))/t is a valid margin for every t in (0, u); try
-                // the Gaussian approximation's optimum and a few around it.
+            Tail::Laplace { u, .. } => {
+                let p = (-u).exp();
+                // S ≤ −s < 0 needs a non-zero noise, P ≤ 2dp/(1 + p): a scale so small that
+                // this is already below β needs no margin.
+                if 2.0 * df * p / (1.0 + p) <= beta {
+                    return f64::MIN_POSITIVE;
+                }
+                // Chernoff with ln M(t) ≤ h(t₀)t²/2 on [0, t₀]: h = (ln M)″,
+                // h(t) = Σ_k k p^k (e^{kt} + e^{−kt}), is even and convex, so increasing on
+                // t ≥ 0, and ln M(0) = (ln M)′(0) = 0. Then P(S ≤ −s) ≤ β at
+                // s = √(2d·h(t₀)·ln(1/β)) when its optimal t, s/(d·h(t₀)), is ≤ t₀, else at
+                // s = (ln(1/β) + d·h(t₀)t₀²/2)/t₀. Any t₀ < u is valid; the best of six.
+                let h = |t: f64| {
+                    // p·e^{±t}/(1 − p·e^{±t})², with 1 − p·e^{±t} = −expm1(±t − u).
+                    let up = -(t - u).exp_m1();
+                    let down = -(-t - u).exp_m1();
+                    p * t.exp() / (up * up) + p * (-t).exp() / (down * down)
+                };
                 let guess = (2.0 * l / (df * self.v)).sqrt();
-                [guess, 0.5 * guess, 2.0 * guess, 0.5 * u, 0.9 * u]
+                [guess, 1.5 * guess, 2.5 * guess, 0.25 * u, 0.5 * u, 0.8 * u]
                     .into_iter()
-                    .filter(|t| *t > 0.0 && *t < u)
-                    .map(|t| (df * laplace_ln_mgf(t, u, one_minus_p) + l) / t)
+                    .filter(|t0| *t0 > 0.0 && *t0 < u)
+                    .map(|t0| {
+                        let h0 = h(t0);
+                        let s = (2.0 * df * h0 * l).sqrt();
+                        if s / (df * h0) <= t0 {
+                            s
+                        } else {
+                            (l + 0.5 * df * h0 * t0 * t0) / t0
+                        }
+                    })
                     .filter(|s| s.is_finite())
                     .fold(f64::INFINITY, f64::min)
             }
@@ -417,18 +440,25 @@ impl Law {
         let value = match self.tail {
             Tail::SubGaussian { proxy } => (-s * s / (2.0 * df * proxy)).exp(),
             Tail::Laplace { u, one_minus_p } => {
+                // S ≤ −s < 0 needs a non-zero noise: P ≤ d·P(e ≠ 0) = 2dp/(1 + p), which is what
+                // bounds the tail of a tiny scale (p = e^{−u} may underflow to 0).
+                let p = (-u).exp();
+                let any = (2.0 * df * p / (1.0 + p)).max(f64::MIN_POSITIVE);
+                if p == 0.0 {
+                    return any;
+                }
                 // d/dt [d ln M(t)] = s at w = e^t: p(1+c)w² − c(1+p²)w − p(1−c) = 0, c = s/d.
-                let p = 1.0 - one_minus_p;
                 let c = s / df;
                 let one_minus_p2 = one_minus_p * (1.0 + p);
                 let disc = (c * one_minus_p2).powi(2) + 4.0 * p * p;
                 let w = (c * (1.0 + p * p) + disc.sqrt()) / (2.0 * p * (1.0 + c));
                 let t = w.ln().clamp(0.0, u * (1.0 - 1e-9));
-                if t > 0.0 {
+                let chernoff = if t > 0.0 {
                     (-t * s + df * laplace_ln_mgf(t, u, one_minus_p)).exp()
                 } else {
                     1.0
-                }
+                };
+                chernoff.min(any)
             }
         };
         if value.is_nan() {
@@ -446,7 +476,8 @@ fn laplace_ln_mgf(t: f64, u: f64, one_minus_p: f64) -> f64 {
 }
 
 /// E[Y²] and E[Y⁴] of the discrete Gaussian N_ℤ(0, σ²), P(y) ∝ e^{−y²/(2σ²)}. Below σ = 4 by
-/// direct summation over |y| ≤ 40σ + 2 (the rest weighs < e^{−800}); from σ = 4 on the
+/// direct summation over |y| ≤ 15σ + 2 (the rest changes E[Y⁴] by a relative < 1e-40); from
+/// σ = 4 on the
 /// continuous moments σ² and 3σ⁴, which Poisson summation shows are exact to a relative
 /// O(σ⁴e^{−2π²σ²}) < 1e-100.
 pub fn discrete_gaussian_moments(sigma: f64) -> (f64, f64) {
@@ -454,7 +485,7 @@ pub fn discrete_gaussian_moments(sigma: f64) -> (f64, f64) {
     if sigma >= 4.0 {
         return (var, 3.0 * var * var);
     }
-    let top = (40.0 * sigma).ceil() as i64 + 2;
+    let top = (15.0 * sigma).ceil() as i64 + 2;
     let (mut z, mut m2, mut m4) = (1.0, 0.0, 0.0);
     for y in 1..=top {
         let yf = y as f64;
@@ -489,6 +520,27 @@ impl SelectionDraw {
             beta,
             sensitivity_used: c.sensitivity_used(),
             error_bound: c.utility_error_bound(),
+        }
+    }
+
+    /// The bounds from their ingredients. Every bound grows with Δ̃ and E, so smaller values
+    /// than the candidates' (say Δ̃ ≥ the largest of the two edge steps H(r₀, r₁),
+    /// H(r_{n−1}, r_n), which are among the steps Δ̂_g maximises over, and E ≥ 0) give lower
+    /// bounds on every forecast, in O(1): what a planner needs to rule the mechanism out
+    /// without computing Δ̃.
+    pub fn from_parts(
+        n: u64,
+        alpha: f64,
+        beta: f64,
+        sensitivity_used: f64,
+        error_bound: f64,
+    ) -> SelectionDraw {
+        SelectionDraw {
+            n,
+            alpha,
+            beta,
+            sensitivity_used,
+            error_bound,
         }
     }
 

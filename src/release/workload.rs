@@ -13,6 +13,7 @@
 //! docs/PRIVACY.md, "Planning for accuracy".
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -26,7 +27,9 @@ use crate::privacy::accuracy::{Bounds, DirichletDraw, Noise, SelectionDraw};
 use crate::privacy::curve::dirichlet_price;
 use crate::privacy::discrete::{self, MAX_NOISE_SCALE};
 use crate::privacy::exact::worst_pair;
-use crate::privacy::exponential::{exponential_rdp, priced_epsilon, BetaCandidates};
+use crate::privacy::exponential::{
+    exponential_rdp, hellinger_beta, priced_epsilon, BetaCandidates,
+};
 use crate::privacy::types::Relation;
 use crate::privacy::{calibrate, Calibration, Counts, Epsilon, Order, Prior, Sensitivity};
 use crate::wire::non_null;
@@ -282,6 +285,9 @@ pub enum CandidateStatus {
     Planned,
     Unreachable,
     NotApplicable,
+    /// Ruled out without its exact plan (the exponential mechanism in `"auto"`): a lower bound
+    /// on its cost (or its error) already exceeds the chosen mechanism's.
+    Outranked,
 }
 
 /// One mechanism as the planner saw it.
@@ -641,6 +647,50 @@ enum Mech {
     },
 }
 
+type Selection = Result<(BetaCandidates, SelectionDraw), String>;
+
+/// The exponential mechanism's candidates and bounds by (n, α, β), computed when first needed:
+/// they take n Hellinger distances, so a plan computes them once per distinct key.
+#[derive(Default)]
+struct Selections(Mutex<HashMap<(u64, u64, u64), Selection>>);
+
+impl Selections {
+    fn get(&self, item: &Item) -> Selection {
+        let (a, b) = item.beta_prior;
+        let key = (item.n as u64, a.to_bits(), b.to_bits());
+        if let Some(found) = self.0.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return found;
+        }
+        // Computed outside the lock (two items may race to compute the same key: same value).
+        let computed = BetaCandidates::new(item.n as u64, a, b)
+            .map(|c| (c, SelectionDraw::new(&c)))
+            .map_err(|e| e.to_string());
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(key, computed.clone());
+        }
+        computed
+    }
+}
+
+/// Lower bounds on the exponential mechanism's forecasts in O(1), for ruling it out without
+/// its O(n) sensitivity (`SelectionDraw::from_parts`): Δ̃ replaced by the larger of the two
+/// edge steps, which the computed Δ̂_g is the maximum of with others, and E by 0.
+fn optimistic_selection(item: &Item) -> SelectionDraw {
+    let (a, b) = item.beta_prior;
+    let n = item.n;
+    let edge = if n >= 1.0 {
+        hellinger_beta(a, b + n, a + 1.0, b + n - 1.0).max(hellinger_beta(
+            a + n - 1.0,
+            b + 1.0,
+            a + n,
+            b,
+        ))
+    } else {
+        0.0
+    };
+    SelectionDraw::from_parts(n as u64, a, b, edge, 0.0)
+}
+
 /// The dataset-side context of one item: how it is priced and what its bounds are about.
 struct Setup<'a> {
     item: &'a Item,
@@ -699,7 +749,7 @@ impl Mech {
         }
     }
 
-    fn new(k: Kind, item: &Item) -> Result<Mech, String> {
+    fn new(k: Kind, item: &Item, selections: &Selections) -> Result<Mech, String> {
         Ok(match k {
             Kind::Dirichlet => Mech::Dirichlet {
                 a0: item.base_prior,
@@ -715,13 +765,8 @@ impl Mech {
             Kind::Gaussian => Mech::Gaussian,
             Kind::Laplace => Mech::Laplace,
             Kind::Exponential => {
-                let (a, b) = item.beta_prior;
-                let candidates =
-                    BetaCandidates::new(item.n as u64, a, b).map_err(|e| e.to_string())?;
-                Mech::Exponential {
-                    law: SelectionDraw::new(&candidates),
-                    candidates,
-                }
+                let (candidates, law) = selections.get(item)?;
+                Mech::Exponential { candidates, law }
             }
         })
     }
@@ -1004,23 +1049,27 @@ impl Mech {
             let epsilon = units as f64 * GRID;
             return (units > 0).then_some((Params::Exponential { epsilon }, epsilon));
         }
-        if let Some(p) = self.calibrated(MAX_UNITS, s) {
-            return Some((p, MAX_EPSILON));
-        }
-        let pole = self.pole(s)?;
-        let p = match self {
-            Mech::Posterior { r } => Params::Dirichlet {
+        // Next to a pole (ε* grows only logarithmically there, so it is usually far below the
+        // ledger's top), the parameter 1e-9 short of it; a calibration at the top would only
+        // fail, slowly, beyond the curve's reach.
+        let near_pole = self.pole(s).and_then(|pole| match self {
+            Mech::Posterior { r } => Some(Params::Dirichlet {
                 r: *r,
                 alpha: Prior::Uniform(pole * (1.0 + 1e-9)),
-            },
-            Mech::Diffuse { alpha } => Params::Dirichlet {
+            }),
+            Mech::Diffuse { alpha } => Some(Params::Dirichlet {
                 r: pole * (1.0 - 1e-9),
                 alpha: alpha.clone(),
-            },
-            _ => return None,
-        };
-        let price = self.price(&p, s);
-        (price.is_finite() && price <= MAX_EPSILON).then_some((p, price))
+            }),
+            _ => None,
+        });
+        if let Some(p) = near_pole {
+            let price = self.price(&p, s);
+            if price.is_finite() && price < MAX_EPSILON {
+                return Some((p, price));
+            }
+        }
+        self.calibrated(MAX_UNITS, s).map(|p| (p, MAX_EPSILON))
     }
 
     /// The smallest public total at which `p` meets the target (bisection; the bounds fall with
@@ -1065,23 +1114,72 @@ impl Mech {
             .is_some_and(|b| s.meets(b))
     }
 
-    /// The continuous search: the cheapest ε at which the target is met, before grid rounding,
-    /// and a bracket of grid values around it.
-    fn analyse(&self, s: &Setup) -> Found {
-        let Some((strong, max_epsilon)) = self.strongest(s) else {
-            return Found::Fails(
-                "no parameters of this mechanism have a finite price at the ledger order".into(),
-            );
-        };
-        let strong_bounds = self.bounds(&strong, s.item.n, s);
-        if !s.meets(strong_bounds) {
-            return Found::Short(self.shortfall(&strong, max_epsilon, s));
+    /// The largest grid value this mechanism can be asked at.
+    fn max_units(&self) -> u64 {
+        match self {
+            Mech::Exponential { candidates, .. } => {
+                ((candidates.max_epsilon() / GRID).floor() as u64).min(MAX_UNITS)
+            }
+            _ => MAX_UNITS,
         }
-        let max_units = ((max_epsilon / GRID).floor() as u64).clamp(1, MAX_UNITS);
-        // Where the continuous search cannot bracket the answer (an end rounds the wrong way,
-        // or f64's limits refuse a release the bounds would accept), the grid is searched
-        // whole, with the release's own calibrations, right away.
-        let whole_grid = || match self.refine(0, max_units, s) {
+    }
+
+    /// Strengths t below the smallest grid ε and above the ledger's largest, from the curves'
+    /// leading terms (no calibration): they only bracket the continuous search, and a wrong
+    /// guess only sends it to [`Self::analyse_exactly`].
+    fn analytic_ends(&self, s: &Setup) -> (f64, f64) {
+        let lambda = s.lambda();
+        let l2 = s.sens.l2_squared().max(1.0);
+        let linf = s.sens.linf();
+        // r with ½λr²Δ2²ψ′(a) = ε, a tenth of it (ε* ≤ Corollary 3).
+        let r_at = |epsilon: f64, a: f64| {
+            0.1 * (2.0 * epsilon / (lambda * l2 * crate::privacy::special::trigamma(a))).sqrt()
+        };
+        match self {
+            Mech::Dirichlet { a0 } => {
+                // Far out ε ≈ λΔ2²r/(6(λ − 1)Δ∞) (ψ′(z) ≈ 1/z); ten times that r.
+                let strong = 10.0 * MAX_EPSILON * 6.0 * (lambda - 1.0) * linf / (lambda * l2);
+                (r_at(GRID, *a0).ln(), strong.max(1.0).ln())
+            }
+            Mech::Posterior { r } => {
+                let pole = self.pole(s).unwrap_or(0.0);
+                // ε ≈ ½λr²Δ2²/(α − pole) far from the pole; 1e-9 of the pole near it.
+                let far = 10.0 * lambda * r * r * l2 / (2.0 * GRID);
+                (-far.ln(), -(pole * 1e-9).ln())
+            }
+            Mech::Diffuse { alpha } => {
+                let pole = self.pole(s).unwrap_or(0.0);
+                let r = r_at(GRID, alpha.min()).min(0.5 * pole);
+                ((r / (pole - r)).ln(), 1e9f64.ln())
+            }
+            Mech::Gaussian => {
+                let sigma = |epsilon: f64| (lambda * l2 / (2.0 * epsilon)).sqrt();
+                let weak = (10.0 * sigma(GRID)).min(MAX_NOISE_SCALE);
+                (-weak.ln(), -(0.1 * sigma(MAX_EPSILON)).ln())
+            }
+            Mech::Laplace => {
+                // D₁ ≈ λu²/2 for small u, ≈ u for large u (u = 1/b), up to two cells.
+                let weak = (10.0 * (lambda / (2.0 * GRID)).sqrt()).min(MAX_NOISE_SCALE);
+                (-weak.ln(), -(0.1 / MAX_EPSILON).ln())
+            }
+            Mech::Exponential { .. } => (GRID.ln(), (self.max_units() as f64 * GRID).ln()),
+            Mech::Explicit { .. } => (0.0, 0.0),
+        }
+    }
+
+    /// Where the continuous search cannot bracket the answer (an end rounds the wrong way, or
+    /// f64's limits refuse a release the bounds would accept), the grid is searched whole,
+    /// with the release's own calibrations.
+    fn whole_grid(&self, s: &Setup) -> Found {
+        // From the strongest grid value the mechanism reaches (the top, or next to its pole),
+        // which must meet the target.
+        let top = self.strongest(s).map_or(0, |(_, e)| {
+            ((e / GRID).floor() as u64).min(self.max_units())
+        });
+        let found = (top > 0 && self.meets_at(top, s))
+            .then(|| self.refine(0, top, s))
+            .flatten();
+        match found {
             Some(units) => Found::Reaches {
                 estimate: self.cost_of_price(units as f64 * GRID),
                 units: Some(units),
@@ -1091,17 +1189,92 @@ impl Mech {
             None => Found::Fails(
                 "no grid value meets the target with a release f64 can carry at this total".into(),
             ),
+        }
+    }
+
+    /// The continuous search: the cheapest ε at which the target is met, before grid rounding,
+    /// and a bracket of grid values around it. Illinois in the strength t on the bounds of the
+    /// parameters at t, between analytic ends; the answer's price is the continuous optimum.
+    fn analyse(&self, s: &Setup) -> Found {
+        let g = |t: f64| {
+            let gap = s.gap(self.bounds(&self.params_at(t, s), s.item.n, s));
+            gap.clamp(-50.0, 50.0)
         };
+        let (tw, ts) = self.analytic_ends(s);
+        let gs = g(ts);
+        if !(tw.is_finite() && ts.is_finite() && tw < ts && gs <= 0.0) {
+            // Possibly out of reach: decide with the release's own calibration at the top.
+            return self.analyse_exactly(s);
+        }
+        let gw = g(tw);
+        if gw <= 0.0 {
+            // Met even at the weakest strength: the grid's first value, if f64 carries it.
+            return self.at_the_bottom(s);
+        }
+        let root = self.params_at(illinois(g, tw, gw, ts, gs), s);
+        // Beyond the ledger's top: decide with the release's own calibration there.
+        self.bracket(root, s)
+            .unwrap_or_else(|| self.analyse_exactly(s))
+    }
+
+    /// The grid bracket around a continuous optimum `root`; `None` if it lies above the
+    /// largest grid value.
+    fn bracket(&self, root: Params, s: &Setup) -> Option<Found> {
+        if let Err(reason) = feasible(&root, s) {
+            return Some(Found::Fails(reason));
+        }
+        let (epsilon, price) = (self.request_epsilon(&root, s), self.price(&root, s));
+        if !(epsilon.is_finite() && epsilon > 0.0 && price.is_finite()) {
+            return Some(self.whole_grid(s));
+        }
+        let max_units = self.max_units();
+        if epsilon / GRID > max_units as f64 {
+            return None;
+        }
+        // A release asked at ε is calibrated to a price in ε·[1 − 9e-10, 1 − 1e-10]
+        // (`calibrate`'s contract), so the cheapest grid value lies just above the optimum's
+        // price; `refine` widens the bracket if it does not.
+        let lo = ((epsilon * (1.0 - 1e-11) / GRID).floor() as u64).min(max_units);
+        let hi = ((epsilon * (1.0 + 1e-9) / GRID).ceil() as u64).clamp(1, max_units);
+        Some(Found::Reaches {
+            estimate: self.cost_of_price(price),
+            units: None,
+            lo,
+            hi,
+        })
+    }
+
+    /// The smallest grid value, if it meets the target; else the whole grid.
+    fn at_the_bottom(&self, s: &Setup) -> Found {
+        match self.calibrated(1, s) {
+            Some(weak) if self.exact_bounds(&weak, s).is_some_and(|b| s.meets(b)) => {
+                Found::Reaches {
+                    estimate: self.cost_of_price(self.price(&weak, s)),
+                    units: Some(1),
+                    lo: 0,
+                    hi: 1,
+                }
+            }
+            _ => self.whole_grid(s),
+        }
+    }
+
+    /// The continuous search between the release's own calibrations at the grid's ends (or the
+    /// pole): reports the shortfall at the top when the target is out of reach.
+    fn analyse_exactly(&self, s: &Setup) -> Found {
+        let Some((strong, max_epsilon)) = self.strongest(s) else {
+            return Found::Fails(
+                "no parameters of this mechanism have a finite price at the ledger order".into(),
+            );
+        };
+        if !s.meets(self.bounds(&strong, s.item.n, s)) {
+            return Found::Short(self.shortfall(&strong, max_epsilon, s));
+        }
         let Some(weak) = self.calibrated(1, s) else {
-            return whole_grid();
+            return self.whole_grid(s);
         };
         if self.exact_bounds(&weak, s).is_some_and(|b| s.meets(b)) {
-            return Found::Reaches {
-                estimate: self.cost_of_price(self.price(&weak, s)),
-                units: Some(1),
-                lo: 0,
-                hi: 1,
-            };
+            return self.at_the_bottom(s);
         }
         let g = |t: f64| {
             let gap = s.gap(self.bounds(&self.params_at(t, s), s.item.n, s));
@@ -1109,32 +1282,18 @@ impl Mech {
         };
         let (ta, tb) = (self.strength(&weak, s), self.strength(&strong, s));
         let (ga, gb) = (g(ta), g(tb));
-        let root = (ta.is_finite() && tb.is_finite() && ga > 0.0 && gb <= 0.0)
-            .then(|| self.params_at(illinois(g, ta, ga, tb, gb), s));
-        let Some(root) = root else {
-            return whole_grid();
-        };
-        if let Err(reason) = feasible(&root, s) {
-            return Found::Fails(reason);
+        if !(ta.is_finite() && tb.is_finite() && ga > 0.0 && gb <= 0.0) {
+            return self.whole_grid(s);
         }
-        let (epsilon, price) = (self.request_epsilon(&root, s), self.price(&root, s));
-        if !(epsilon.is_finite() && epsilon > 0.0 && price.is_finite()) {
-            return whole_grid();
-        }
-        let lo = ((epsilon * (1.0 - 4e-9) / GRID).floor() as u64).min(max_units);
-        let hi = ((epsilon * (1.0 + 4e-9) / GRID).ceil() as u64).clamp(1, max_units);
-        Found::Reaches {
-            estimate: self.cost_of_price(price),
-            units: None,
-            lo,
-            hi,
-        }
+        let root = self.params_at(illinois(g, ta, ga, tb, gb), s);
+        // Past the top only by rounding (the top meets): the grid below it.
+        self.bracket(root, s).unwrap_or_else(|| self.whole_grid(s))
     }
 
     /// The cheapest grid value in (lo, hi] that meets the target, widening the bracket until
     /// lo fails and hi meets, then bisecting. `None` if even the largest fails.
     fn refine(&self, mut lo: u64, mut hi: u64, s: &Setup) -> Option<u64> {
-        let top = MAX_UNITS;
+        let top = self.max_units();
         let mut widen = 64u64;
         while !self.meets_at(hi, s) {
             if hi >= top {
@@ -1242,7 +1401,16 @@ impl Parameters {
 
 /// The candidates of an item, in the tie-break order (the order of `Kind::ALL`: the Dirichlet
 /// family first, the service's default).
-fn candidates(item: &Item, ctx: &Context) -> Vec<(Kind, Result<Mech, String>)> {
+/// A candidate mechanism: ready to plan, not applicable, or (the exponential mechanism in
+/// `"auto"`) deferred until the others are planned, so that its O(n) sensitivity is computed
+/// only if it could win.
+enum Cand {
+    Ready(Mech),
+    Deferred,
+    No(String),
+}
+
+fn candidates(item: &Item, ctx: &Context, selections: &Selections) -> Vec<(Kind, Cand)> {
     let kinds: Vec<Kind> = match item.choice {
         MechanismChoice::Named(k) => vec![k],
         MechanismChoice::Auto => Kind::ALL
@@ -1251,11 +1419,19 @@ fn candidates(item: &Item, ctx: &Context) -> Vec<(Kind, Result<Mech, String>)> {
             .filter(|k| *k != Kind::Diffuse || item.alpha.is_some())
             .collect(),
     };
+    let auto = item.choice == MechanismChoice::Auto;
     kinds
         .into_iter()
         .map(|k| {
-            let m = applicable(k, item, ctx).and_then(|_| Mech::new(k, item));
-            (k, m)
+            let cand = match applicable(k, item, ctx) {
+                Err(reason) => Cand::No(reason),
+                Ok(()) if auto && k == Kind::Exponential => Cand::Deferred,
+                Ok(()) => match Mech::new(k, item, selections) {
+                    Ok(m) => Cand::Ready(m),
+                    Err(reason) => Cand::No(reason),
+                },
+            };
+            (k, cand)
         })
         .collect()
 }
@@ -1271,7 +1447,7 @@ fn not_applicable(k: Kind, reason: String) -> CandidateAnswer {
     }
 }
 
-fn plan_item(item: &Item, ctx: &Context) -> ItemAnswer {
+fn plan_item(item: &Item, ctx: &Context, selections: &Selections) -> ItemAnswer {
     let sens = if item.rows.is_some() {
         ctx.sensitivity.for_table()
     } else {
@@ -1282,27 +1458,69 @@ fn plan_item(item: &Item, ctx: &Context) -> ItemAnswer {
         order: ctx.ledger_order,
         sens,
     };
-    let cands = candidates(item, ctx);
+    let cands = candidates(item, ctx, selections);
     match item.goal {
-        Goal::Target { .. } => plan_target(cands, &s),
-        Goal::Epsilon(e) => plan_epsilon(cands, e, &s),
-        Goal::Given => plan_epsilon(cands, Epsilon::new(GRID).expect("2^-40 > 0"), &s),
+        Goal::Target { .. } => plan_target(cands, &s, selections),
+        Goal::Epsilon(e) => plan_epsilon(cands, e, &s, selections),
+        Goal::Given => plan_epsilon(
+            cands,
+            Epsilon::new(GRID).expect("2^-40 > 0"),
+            &s,
+            selections,
+        ),
     }
 }
 
-/// ε given: every candidate at that spend; the chosen one forecasts best (ℓ2, then cell_sd).
-/// The exponential mechanism, whose ε is a pure-DP parameter charged min(ε, λ₀ε²/8), runs at
-/// the largest grid ε whose charge is at most the same spend.
-fn plan_epsilon(cands: Vec<(Kind, Result<Mech, String>)>, e: Epsilon, s: &Setup) -> ItemAnswer {
+/// ε given: every candidate at that spend; the chosen one forecasts best (ℓ2, then cell_sd,
+/// then the order of `Kind::ALL`). The exponential mechanism, whose ε is a pure-DP parameter
+/// charged min(ε, λ₀ε²/8), runs at the largest grid ε whose charge is at most the same spend;
+/// in `"auto"` it is planned only if its optimistic forecast (O(1)) could beat the best.
+fn plan_epsilon(
+    cands: Vec<(Kind, Cand)>,
+    e: Epsilon,
+    s: &Setup,
+    selections: &Selections,
+) -> ItemAnswer {
     let asked = Units::floor(e.get()).map_or(0, |u| u.raw() as u64).max(1);
     let mut answers = Vec::new();
     let mut best: Option<(usize, Exact, Kind)> = None;
-    for (k, m) in cands {
-        let m = match m {
-            Ok(m) => m,
-            Err(reason) => {
+    let key = |b: &Bounds| (b.l2, b.cell_sd);
+    for (k, cand) in cands {
+        let m = match cand {
+            Cand::Ready(m) => m,
+            Cand::No(reason) => {
                 answers.push(not_applicable(k, reason));
                 continue;
+            }
+            Cand::Deferred => {
+                // Its ε at this spend, ignoring its cap (a larger ε only forecasts better).
+                let optimistic = exponential_units_within(asked, f64::INFINITY, s)
+                    .map(|u| optimistic_selection(s.item).bounds(u as f64 * GRID, s.item.beta));
+                let beaten = match (&best, optimistic) {
+                    (Some((_, b, _)), Some(o)) => key(&o) >= key(&b.bounds),
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+                if beaten {
+                    answers.push(CandidateAnswer {
+                        reason: Some(
+                            "less accurate at this spend than the chosen mechanism, even with \
+                             the lower bound of its sensitivity (not planned exactly)"
+                                .into(),
+                        ),
+                        ..not_applicable(k, String::new())
+                    });
+                    let last = answers.len() - 1;
+                    answers[last].status = CandidateStatus::Outranked;
+                    continue;
+                }
+                match Mech::new(k, s.item, selections) {
+                    Ok(m) => m,
+                    Err(reason) => {
+                        answers.push(not_applicable(k, reason));
+                        continue;
+                    }
+                }
             }
         };
         let units = match &m {
@@ -1325,9 +1543,9 @@ fn plan_epsilon(cands: Vec<(Kind, Result<Mech, String>)>, e: Epsilon, s: &Setup)
                     shortfall: None,
                     reason: None,
                 });
-                let better = best.as_ref().is_none_or(|(_, b, _)| {
-                    (x.bounds.l2, x.bounds.cell_sd) < (b.bounds.l2, b.bounds.cell_sd)
-                });
+                let better = best
+                    .as_ref()
+                    .is_none_or(|(_, b, _)| key(&x.bounds) < key(&b.bounds));
                 if better {
                     best = Some((answers.len() - 1, x, k));
                 }
@@ -1396,91 +1614,62 @@ fn chosen_answer(k: Kind, x: Exact, s: &Setup, candidates: Vec<CandidateAnswer>)
 }
 
 /// A target: every candidate's continuous optimum, then the cheapest refined on the grid
-/// (with any other within the refinement's tolerance of it).
-fn plan_target(cands: Vec<(Kind, Result<Mech, String>)>, s: &Setup) -> ItemAnswer {
+/// (with any other within the refinement's tolerance of it). The exponential mechanism in
+/// `"auto"` is analysed last, and only if a lower bound on its cost (O(1)) does not already
+/// exceed the chosen cost.
+fn plan_target(cands: Vec<(Kind, Cand)>, s: &Setup, selections: &Selections) -> ItemAnswer {
     let mut answers = Vec::new();
     let mut found: Vec<(usize, Mech, Found)> = Vec::new();
-    for (k, m) in cands {
-        let m = match m {
-            Ok(m) => m,
-            Err(reason) => {
-                answers.push(not_applicable(k, reason));
-                continue;
+    let mut deferred = None;
+    for (k, cand) in cands {
+        match cand {
+            Cand::No(reason) => answers.push(not_applicable(k, reason)),
+            Cand::Deferred => {
+                answers.push(not_applicable(k, String::new()));
+                deferred = Some((answers.len() - 1, k));
             }
-        };
-        let f = if let Mech::Explicit { .. } = m {
-            explicit_found(&m, s)
-        } else {
-            m.analyse(s)
-        };
-        let answer = match &f {
-            Found::Reaches { estimate, .. } => CandidateAnswer {
-                mechanism: k,
-                status: CandidateStatus::Planned,
-                estimated_cost: Some(*estimate),
-                forecast: None,
-                shortfall: None,
-                reason: None,
-            },
-            Found::Short(short) => CandidateAnswer {
-                mechanism: k,
-                status: CandidateStatus::Unreachable,
-                estimated_cost: None,
-                forecast: None,
-                shortfall: Some(*short),
-                reason: None,
-            },
-            Found::Fails(reason) => not_applicable(k, reason.clone()),
-        };
-        answers.push(answer);
-        found.push((answers.len() - 1, m, f));
-    }
-    // Refine the cheapest estimates first; a refined cost can only exceed its estimate by the
-    // bracket (~1e-8), so once a refined cost is below every other estimate it wins.
-    let mut order: Vec<usize> = (0..found.len())
-        .filter(|i| matches!(found[*i].2, Found::Reaches { .. }))
-        .collect();
-    let estimate = |i: usize| match found[i].2 {
-        Found::Reaches { estimate, .. } => estimate,
-        _ => f64::INFINITY,
-    };
-    order.sort_by(|a, b| estimate(*a).total_cmp(&estimate(*b)).then(a.cmp(b)));
-    let mut best: Option<(usize, Exact)> = None;
-    for i in order {
-        if let Some((_, b)) = &best {
-            if estimate(i) > b.cost.to_f64() {
-                break;
+            Cand::Ready(m) => {
+                answers.push(not_applicable(k, String::new()));
+                let slot = answers.len() - 1;
+                let f = analysed(&m, s, &mut answers[slot]);
+                found.push((slot, m, f));
             }
         }
-        let (slot, m, f) = &found[i];
-        let Found::Reaches { units, lo, hi, .. } = f else {
-            continue;
+    }
+    let mut best: Option<(usize, Kind, Exact)> = None;
+    refine_cheapest(&found, s, &mut answers, &mut best);
+    if let Some((slot, k)) = deferred {
+        let floor = exponential_cost_floor(s);
+        let beaten = match (&best, floor) {
+            (Some((_, _, b)), Some(floor)) => floor >= b.cost.to_f64(),
+            (Some(_), None) => true,
+            (None, _) => false,
         };
-        let units = match units {
-            Some(u) => Some(*u),
-            None => m.refine(*lo, *hi, s),
-        };
-        let refined = units.ok_or_else(|| "the target is not met at any grid value".to_string());
-        match refined.and_then(|u| exact(m, u, s)) {
-            Ok(x) => {
-                answers[*slot].forecast = Some(s.forecast(x.bounds));
-                let better = best
-                    .as_ref()
-                    .is_none_or(|(j, b)| (x.cost, *slot) < (b.cost, found[*j].0));
-                if better {
-                    best = Some((i, x));
+        if beaten {
+            answers[slot] = CandidateAnswer {
+                status: CandidateStatus::Outranked,
+                reason: Some(match floor {
+                    Some(floor) => format!(
+                        "costs at least {floor:e} (from the lower bound of its sensitivity), \
+                         not less than the chosen mechanism (not planned exactly)"
+                    ),
+                    None => "out of reach: its bias alone exceeds the target".into(),
+                }),
+                ..not_applicable(k, String::new())
+            };
+        } else {
+            match Mech::new(k, s.item, selections) {
+                Err(reason) => answers[slot] = not_applicable(k, reason),
+                Ok(m) => {
+                    let f = analysed(&m, s, &mut answers[slot]);
+                    let more = [(slot, m, f)];
+                    refine_cheapest(&more, s, &mut answers, &mut best);
                 }
             }
-            Err(reason) => {
-                answers[*slot].status = CandidateStatus::NotApplicable;
-                answers[*slot].reason = Some(reason);
-            }
         }
     }
-    if let Some((i, x)) = best {
-        let slot = found[i].0;
+    if let Some((slot, k, x)) = best {
         answers[slot].status = CandidateStatus::Chosen;
-        let k = found[i].1.kind();
         return chosen_answer(k, x, s, answers);
     }
     // Nothing reaches: the candidate that needs the smallest total comes closest.
@@ -1501,6 +1690,116 @@ fn plan_target(cands: Vec<(Kind, Result<Mech, String>)>, s: &Setup) -> ItemAnswe
         shortfall: closest.map(|c| c.1),
         candidates: answers,
     }
+}
+
+/// Analyse one candidate and write what was found into its answer.
+fn analysed(m: &Mech, s: &Setup, answer: &mut CandidateAnswer) -> Found {
+    let f = if let Mech::Explicit { .. } = m {
+        explicit_found(m, s)
+    } else {
+        m.analyse(s)
+    };
+    let k = m.kind();
+    *answer = match &f {
+        Found::Reaches { estimate, .. } => CandidateAnswer {
+            mechanism: k,
+            status: CandidateStatus::Planned,
+            estimated_cost: Some(*estimate),
+            forecast: None,
+            shortfall: None,
+            reason: None,
+        },
+        Found::Short(short) => CandidateAnswer {
+            mechanism: k,
+            status: CandidateStatus::Unreachable,
+            estimated_cost: None,
+            forecast: None,
+            shortfall: Some(*short),
+            reason: None,
+        },
+        Found::Fails(reason) => not_applicable(k, reason.clone()),
+    };
+    f
+}
+
+/// Refine the candidates that reach the target, cheapest estimate first, into `best` (the
+/// cheapest exact cost, ties to the earlier slot). A refined cost exceeds its estimate by at
+/// most the bracket (~1e-9), so once a refined cost is below every remaining estimate it wins.
+fn refine_cheapest(
+    found: &[(usize, Mech, Found)],
+    s: &Setup,
+    answers: &mut [CandidateAnswer],
+    best: &mut Option<(usize, Kind, Exact)>,
+) {
+    let estimate = |i: usize| match found[i].2 {
+        Found::Reaches { estimate, .. } => estimate,
+        _ => f64::INFINITY,
+    };
+    let mut order: Vec<usize> = (0..found.len())
+        .filter(|i| matches!(found[*i].2, Found::Reaches { .. }))
+        .collect();
+    order.sort_by(|a, b| estimate(*a).total_cmp(&estimate(*b)).then(a.cmp(b)));
+    for i in order {
+        if let Some((_, _, b)) = best.as_ref() {
+            if estimate(i) > b.cost.to_f64() {
+                break;
+            }
+        }
+        let (slot, m, f) = &found[i];
+        let Found::Reaches { units, lo, hi, .. } = f else {
+            continue;
+        };
+        let units = match units {
+            Some(u) => Some(*u),
+            // (A bracket past a pole's reach: from the strongest value reached.)
+            None => m.refine(*lo, *hi, s).or_else(|| match m.whole_grid(s) {
+                Found::Reaches { units, .. } => units,
+                _ => None,
+            }),
+        };
+        let refined = units.ok_or_else(|| "the target is not met at any grid value".to_string());
+        match refined.and_then(|u| exact(m, u, s)) {
+            Ok(x) => {
+                answers[*slot].forecast = Some(s.forecast(x.bounds));
+                let better = best
+                    .as_ref()
+                    .is_none_or(|(j, _, b)| (x.cost, *slot) < (b.cost, *j));
+                if better {
+                    *best = Some((*slot, m.kind(), x));
+                }
+            }
+            Err(reason) => {
+                answers[*slot].status = CandidateStatus::NotApplicable;
+                answers[*slot].reason = Some(reason);
+            }
+        }
+    }
+}
+
+/// A lower bound on the exponential mechanism's cost for the item's target, in O(1): the
+/// price of the smallest ε at which its optimistic forecasts ([`optimistic_selection`]) meet
+/// it, ignoring its ε cap; `None` if they never do (its bias alone exceeds the target).
+fn exponential_cost_floor(s: &Setup) -> Option<f64> {
+    let law = optimistic_selection(s.item);
+    let meets = |e: f64| s.meets(law.bounds(e, s.item.beta));
+    let (mut lo, mut hi) = (GRID, 1e6);
+    if !meets(hi) {
+        return None;
+    }
+    if meets(lo) {
+        return Some(0.0);
+    }
+    // Bisection in ln ε, keeping lo on the failing side: any ε below the threshold prices
+    // below the cost, so a coarse bracket is still a valid floor.
+    for _ in 0..30 {
+        let mid = (lo * hi).sqrt();
+        if meets(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    Some(exponential_rdp(s.lambda(), priced_epsilon(lo)))
 }
 
 /// `explicit` with a target: its parameters are given, so it either meets the target or not.
@@ -1563,7 +1862,11 @@ pub fn plan_workload(
             })
         })
         .collect();
-    let planned: Vec<ItemAnswer> = unique.par_iter().map(|it| plan_item(it, ctx)).collect();
+    let selections = Selections::default();
+    let planned: Vec<ItemAnswer> = unique
+        .par_iter()
+        .map(|it| plan_item(it, ctx, &selections))
+        .collect();
     let answers: Vec<ItemAnswer> = slots.iter().map(|&u| planned[u].clone()).collect();
     let unreachable = answers
         .iter()

@@ -54,7 +54,7 @@ fn with_setup<T>(item: serde_json::Value, c: &Context, f: impl FnOnce(&Mech, &Se
         MechanismChoice::Named(k) => k,
         MechanismChoice::Auto => panic!("name the mechanism"),
     };
-    let m = Mech::new(kind, &parsed).unwrap();
+    let m = Mech::new(kind, &parsed, &Selections::default()).unwrap();
     let sens = if parsed.rows.is_some() {
         c.sensitivity.for_table()
     } else {
@@ -334,6 +334,8 @@ fn auto_chooses_the_cheapest_mechanism() {
         json!({"d": 40, "n": 5000, "target": {"l2": 0.05}}),
         json!({"d": 4, "n": 300, "target": {"l2": 0.3, "cell_sd": 0.1}}),
         json!({"d": 2, "n": 3000, "alpha": 3, "target": {"l2": 0.05}}),
+        json!({"d": 2, "n": 200, "target": {"l2": 0.2, "confidence": 0.9}}),
+        json!({"d": 2, "n": 40, "target": {"cell_sd": 0.15}}),
         json!({"d": 1000, "n_lower_bound": 1e6, "target": {"cell_sd": 0.001}}),
     ] {
         let a = one(item.clone(), &c);
@@ -360,13 +362,18 @@ fn auto_chooses_the_cheapest_mechanism() {
                     "{item}: chose {chosen:?} at {cost}, {:?} costs {other}",
                     cand.mechanism
                 );
+                if cand.status == CandidateStatus::Outranked {
+                    // Ruled out by a lower bound: its exact plan is indeed no cheaper.
+                    assert_eq!(cand.mechanism, Kind::Exponential);
+                    continue;
+                }
                 // The estimate never exceeds the grid cost, and is within 1e-8 of it.
                 let est = cand.estimated_cost.unwrap();
                 assert!(
                     est <= other * (1.0 + 1e-12) && est >= other * (1.0 - 1e-8),
                     "{est} {other}"
                 );
-            } else {
+            } else if cand.status != CandidateStatus::Outranked {
                 assert_eq!(cand.status, CandidateStatus::Unreachable);
             }
         }
@@ -409,7 +416,7 @@ fn total_cost_is_the_sum_of_the_release_charges() {
     for (item, ans) in r.items.iter().zip(&a.items) {
         assert_eq!(ans.status, ItemStatus::Planned);
         let parsed = parse_item(0, item, &c).unwrap();
-        let m = Mech::new(ans.mechanism.unwrap(), &parsed).unwrap();
+        let m = Mech::new(ans.mechanism.unwrap(), &parsed, &Selections::default()).unwrap();
         let sens = if parsed.rows.is_some() {
             c.sensitivity.for_table()
         } else {
@@ -491,6 +498,9 @@ fn epsilon_mode_compares_at_equal_spend() {
     assert_eq!(a.status, ItemStatus::Planned);
     let spend = Units::floor(0.5).unwrap().to_f64();
     for cand in &a.candidates {
+        if cand.status == CandidateStatus::Outranked {
+            continue;
+        }
         assert!(cand.estimated_cost.unwrap() <= spend, "{cand:?}");
         let f = cand.forecast.unwrap();
         assert!(a.forecast.unwrap().l2 <= f.l2);
@@ -500,12 +510,18 @@ fn epsilon_mode_compares_at_equal_spend() {
         .iter()
         .find(|x| x.mechanism == Kind::Exponential)
         .unwrap();
-    assert_eq!(exp.status, CandidateStatus::Planned);
+    // Ruled out by its optimistic forecast, or planned: either way, planned on its own at
+    // the same spend it forecasts no better than the chosen mechanism.
+    assert!(matches!(
+        exp.status,
+        CandidateStatus::Outranked | CandidateStatus::Planned
+    ));
     // Its ε is the largest whose charge fits: the next grid value would charge more.
     let named = one(
         json!({"d": 2, "n": 500, "epsilon": 0.5, "mechanism": "exponential"}),
         &c,
     );
+    assert!(named.forecast.unwrap().l2 >= a.forecast.unwrap().l2);
     let e = named.epsilon.unwrap();
     let charge = |e: f64| charge_for(exponential_rdp(4.0, priced_epsilon(e))).unwrap();
     assert!(charge(e).to_f64() <= spend && charge(e + GRID).to_f64() > spend);
@@ -680,6 +696,38 @@ proptest! {
                         prop_assert!(!s.meets(best));
                     }
                 }
+            }
+            Ok(())
+        })?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// The exponential mechanism is ruled out in `"auto"` only by lower bounds: its optimistic
+    /// forecasts never exceed its exact ones, and the cost floor never exceeds its exact cost.
+    #[test]
+    fn the_exponential_floor_is_below_its_exact_cost(
+        n in 1u64..3000,
+        l2 in 0.01f64..0.8,
+        prior in prop::sample::select(vec![(1.0, 1.0), (0.5, 2.0), (6.0, 12.0)]),
+        order in 1.5f64..30.0,
+        epsilon in 0.01f64..30.0,
+    ) {
+        let c = ctx(order, Sensitivity::REPLACE_ONE);
+        let item = json!({"d": 2, "n": n, "mechanism": "exponential", "prior": [prior.0, prior.1], "target": {"l2": l2}});
+        with_setup(item.clone(), &c, |m, s| {
+            let Mech::Exponential { law, candidates } = m else { unreachable!() };
+            let optimistic = optimistic_selection(s.item);
+            let e = epsilon.min(candidates.max_epsilon());
+            let (o, x) = (optimistic.bounds(e, s.item.beta), law.bounds(e, s.item.beta));
+            prop_assert!(o.l2 <= x.l2 && o.cell_sd <= x.cell_sd, "{:?} {:?}", o, x);
+            let a = one(item.clone(), &c);
+            match (exponential_cost_floor(s), a.status) {
+                (Some(floor), ItemStatus::Planned) => prop_assert!(floor <= a.cost.unwrap()),
+                (None, status) => prop_assert_eq!(status, ItemStatus::Unreachable),
+                _ => {}
             }
             Ok(())
         })?;
