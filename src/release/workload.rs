@@ -839,30 +839,62 @@ impl Mech {
 
     /// The worst-case bounds of a release with these parameters, at total n.
     fn bounds(&self, p: &Params, n: f64, s: &Setup) -> Bounds {
+        self.some_bounds(p, n, s, (true, true))
+    }
+
+    /// The bounds the item's target asks about (the others are 0 and must not be read): what
+    /// the searches compare, at the cost of the bounds they need only.
+    fn target_bounds(&self, p: &Params, n: f64, s: &Setup) -> Bounds {
+        let need = match s.item.goal {
+            Goal::Target { l2, cell_sd } => (l2.is_some(), cell_sd.is_some()),
+            _ => (true, true),
+        };
+        self.some_bounds(p, n, s, need)
+    }
+
+    fn some_bounds(&self, p: &Params, n: f64, s: &Setup, (l2, sd): (bool, bool)) -> Bounds {
         let d = s.item.d;
         let beta = s.item.beta;
         let none = Bounds {
             l2: f64::INFINITY,
             cell_sd: f64::INFINITY,
         };
+        let pick = |a: bool, f: &dyn Fn() -> f64| if a { f() } else { 0.0 };
         match (self, p) {
-            (Mech::Exponential { law, .. }, Params::Exponential { epsilon }) => {
-                law.bounds(*epsilon, beta)
+            (Mech::Exponential { law, .. }, Params::Exponential { epsilon }) => Bounds {
+                l2: pick(l2, &|| law.l2(*epsilon, beta)),
+                cell_sd: pick(sd, &|| law.cell_sd(*epsilon)),
+            },
+            (_, Params::Dirichlet { r, alpha }) => match DirichletDraw::new(*r, alpha, d) {
+                Some(draw) => Bounds {
+                    l2: pick(l2, &|| draw.l2(n, beta)),
+                    cell_sd: pick(sd, &|| draw.cell_sd(n)),
+                },
+                None => none,
+            },
+            (_, Params::Gaussian { sigma }) => {
+                let noise = Noise::Gaussian { sigma: *sigma };
+                Bounds {
+                    l2: pick(l2, &|| noise.l2(d, n, beta)),
+                    cell_sd: pick(sd, &|| noise.cell_sd(d, n)),
+                }
             }
-            (_, Params::Dirichlet { r, alpha }) => {
-                DirichletDraw::new(*r, alpha, d).map_or(none, |draw| draw.bounds(n, beta))
+            (_, Params::Laplace { scale }) => {
+                let noise = Noise::Laplace { scale: *scale };
+                Bounds {
+                    l2: pick(l2, &|| noise.l2(d, n, beta)),
+                    cell_sd: pick(sd, &|| noise.cell_sd(d, n)),
+                }
             }
-            (_, Params::Gaussian { sigma }) => Noise::Gaussian { sigma: *sigma }.bounds(d, n, beta),
-            (_, Params::Laplace { scale }) => Noise::Laplace { scale: *scale }.bounds(d, n, beta),
             _ => none,
         }
     }
 
-    /// Bounds at the item's total, checked against what f64 can carry at that total (a
-    /// release the service would refuse meets nothing).
+    /// The target's bounds at the item's total, checked against what f64 can carry at that
+    /// total (a release the service would refuse meets nothing).
     fn exact_bounds(&self, p: &Params, s: &Setup) -> Option<Bounds> {
         feasible(p, s).ok()?;
-        Some(self.bounds(p, s.item.n, s))
+        Some(self.target_bounds(p, s.item.n, s))
     }
 
     /// The price at λ₀ of a release with these parameters: the curve the ledger charges.
@@ -1078,7 +1110,7 @@ impl Mech {
         if matches!(self, Mech::Exponential { .. }) {
             return None;
         }
-        let meets = |n: f64| s.meets(self.bounds(p, n, s));
+        let meets = |n: f64| s.meets(self.target_bounds(p, n, s));
         let mut lo = s.item.n.max(0.0);
         let mut hi = (2.0 * lo).max(1.0);
         while !meets(hi) {
@@ -1197,7 +1229,7 @@ impl Mech {
     /// parameters at t, between analytic ends; the answer's price is the continuous optimum.
     fn analyse(&self, s: &Setup) -> Found {
         let g = |t: f64| {
-            let gap = s.gap(self.bounds(&self.params_at(t, s), s.item.n, s));
+            let gap = s.gap(self.target_bounds(&self.params_at(t, s), s.item.n, s));
             gap.clamp(-50.0, 50.0)
         };
         let (tw, ts) = self.analytic_ends(s);
@@ -1267,7 +1299,7 @@ impl Mech {
                 "no parameters of this mechanism have a finite price at the ledger order".into(),
             );
         };
-        if !s.meets(self.bounds(&strong, s.item.n, s)) {
+        if !s.meets(self.target_bounds(&strong, s.item.n, s)) {
             return Found::Short(self.shortfall(&strong, max_epsilon, s));
         }
         let Some(weak) = self.calibrated(1, s) else {
@@ -1277,7 +1309,7 @@ impl Mech {
             return self.at_the_bottom(s);
         }
         let g = |t: f64| {
-            let gap = s.gap(self.bounds(&self.params_at(t, s), s.item.n, s));
+            let gap = s.gap(self.target_bounds(&self.params_at(t, s), s.item.n, s));
             gap.clamp(-50.0, 50.0)
         };
         let (ta, tb) = (self.strength(&weak, s), self.strength(&strong, s));
@@ -1781,7 +1813,14 @@ fn refine_cheapest(
 /// it, ignoring its ε cap; `None` if they never do (its bias alone exceeds the target).
 fn exponential_cost_floor(s: &Setup) -> Option<f64> {
     let law = optimistic_selection(s.item);
-    let meets = |e: f64| s.meets(law.bounds(e, s.item.beta));
+    let (l2, sd) = match s.item.goal {
+        Goal::Target { l2, cell_sd } => (l2, cell_sd),
+        _ => (None, None),
+    };
+    // Only the bounds the target asks about (the cell bound is the costlier).
+    let meets = |e: f64| {
+        l2.is_none_or(|t| law.l2(e, s.item.beta) <= t) && sd.is_none_or(|t| law.cell_sd(e) <= t)
+    };
     let (mut lo, mut hi) = (GRID, 1e6);
     if !meets(hi) {
         return None;
