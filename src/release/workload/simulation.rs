@@ -412,3 +412,46 @@ fn shrunken_bounds_are_caught() {
         }
     }
 }
+
+/// The larger sweep, too slow for every `cargo test` in a debug build (minutes: d = 1,000 cells
+/// × 1,000 draws × four count vectors per case): run it with
+/// `cargo test --release --lib workload::simulation::larger_sweep -- --ignored --nocapture`.
+/// Every mechanism at d = 1,000 and n = 10⁶, at 80 % and 99.9 %, on replace_one at λ₀ = 32 and
+/// on a custom sensitivity (Δ2² = 4, Δ∞ = 2: Corollary 3 and the integer-shift baseline prices).
+#[test]
+#[ignore = "minutes in a debug build; run with --release --ignored"]
+fn larger_sweep() {
+    use serde_json::json;
+    let contexts = [
+        ctx(32.0, Sensitivity::REPLACE_ONE),
+        ctx(3.0, Sensitivity::new(4.0, 2.0).unwrap()),
+    ];
+    let mut seed = 4000;
+    for c in &contexts {
+        for mech in ["dirichlet", "posterior", "diffuse", "gaussian", "laplace"] {
+            for (d, n, target) in [
+                (1000, 1_000_000u64, json!({"l2": 0.02, "confidence": 0.999})),
+                (
+                    1000,
+                    1_000_000,
+                    json!({"l2": 0.01, "confidence": 0.8, "cell_sd": 0.002}),
+                ),
+                (30, 1_000, json!({"l2": 0.3, "confidence": 0.999})),
+            ] {
+                let mut item = json!({"d": d, "n": n, "mechanism": mech, "target": target});
+                if mech == "diffuse" {
+                    item["alpha"] = json!(0.5);
+                }
+                seed += 1;
+                let results = run_case("larger sweep", item, c, &[n], DRAWS, seed);
+                assert_covered("larger sweep", &results, DRAWS);
+            }
+        }
+    }
+    for n in [5u64, 10_000] {
+        seed += 1;
+        let item = json!({"d": 2, "n": n, "mechanism": "exponential", "target": {"l2": 0.5, "confidence": 0.999}});
+        let results = run_case("larger sweep", item, &contexts[0], &[n], DRAWS, seed);
+        assert_covered("larger sweep", &results, DRAWS);
+    }
+}
