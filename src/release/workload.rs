@@ -1479,6 +1479,18 @@ fn not_applicable(k: Kind, reason: String) -> CandidateAnswer {
     }
 }
 
+fn outranked(k: Kind, reason: String) -> CandidateAnswer {
+    CandidateAnswer {
+        status: CandidateStatus::Outranked,
+        ..not_applicable(k, reason)
+    }
+}
+
+/// The answer slot of a candidate about to be analysed (overwritten by [`analysed`]).
+fn pending(k: Kind) -> CandidateAnswer {
+    not_applicable(k, "not analysed".into())
+}
+
 fn plan_item(item: &Item, ctx: &Context, selections: &Selections) -> ItemAnswer {
     let sens = if item.rows.is_some() {
         ctx.sensitivity.for_table()
@@ -1534,16 +1546,12 @@ fn plan_epsilon(
                     (None, _) => false,
                 };
                 if beaten {
-                    answers.push(CandidateAnswer {
-                        reason: Some(
-                            "less accurate at this spend than the chosen mechanism, even with \
-                             the lower bound of its sensitivity (not planned exactly)"
-                                .into(),
-                        ),
-                        ..not_applicable(k, String::new())
-                    });
-                    let last = answers.len() - 1;
-                    answers[last].status = CandidateStatus::Outranked;
+                    answers.push(outranked(
+                        k,
+                        "less accurate at this spend than the chosen mechanism, even with the \
+                         lower bound of its sensitivity (not planned exactly)"
+                            .into(),
+                    ));
                     continue;
                 }
                 match Mech::new(k, s.item, selections) {
@@ -1657,11 +1665,11 @@ fn plan_target(cands: Vec<(Kind, Cand)>, s: &Setup, selections: &Selections) -> 
         match cand {
             Cand::No(reason) => answers.push(not_applicable(k, reason)),
             Cand::Deferred => {
-                answers.push(not_applicable(k, String::new()));
+                answers.push(pending(k));
                 deferred = Some((answers.len() - 1, k));
             }
             Cand::Ready(m) => {
-                answers.push(not_applicable(k, String::new()));
+                answers.push(pending(k));
                 let slot = answers.len() - 1;
                 let f = analysed(&m, s, &mut answers[slot]);
                 found.push((slot, m, f));
@@ -1678,17 +1686,16 @@ fn plan_target(cands: Vec<(Kind, Cand)>, s: &Setup, selections: &Selections) -> 
             (None, _) => false,
         };
         if beaten {
-            answers[slot] = CandidateAnswer {
-                status: CandidateStatus::Outranked,
-                reason: Some(match floor {
+            answers[slot] = outranked(
+                k,
+                match floor {
                     Some(floor) => format!(
                         "costs at least {floor:e} (from the lower bound of its sensitivity), \
                          not less than the chosen mechanism (not planned exactly)"
                     ),
                     None => "out of reach: its bias alone exceeds the target".into(),
-                }),
-                ..not_applicable(k, String::new())
-            };
+                },
+            );
         } else {
             match Mech::new(k, s.item, selections) {
                 Err(reason) => answers[slot] = not_applicable(k, reason),
