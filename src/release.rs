@@ -11,6 +11,7 @@ pub mod exponential;
 pub mod record;
 pub mod request;
 pub mod table;
+pub mod workload;
 
 use serde::Serialize;
 

@@ -79,6 +79,8 @@ pub struct BetaCandidates {
     n: u64,
     alpha: f64,
     beta: f64,
+    /// Δ̂_g, computed once by [`BetaCandidates::new`] (it takes n distances).
+    sensitivity: f64,
 }
 
 impl BetaCandidates {
@@ -90,7 +92,15 @@ impl BetaCandidates {
         if alpha + beta + n as f64 > MAX_PARAMETER_TOTAL {
             return Err(ExponentialError::PriorTooLarge);
         }
-        let candidates = Self { n, alpha, beta };
+        let mut candidates = Self {
+            n,
+            alpha,
+            beta,
+            sensitivity: f64::NAN,
+        };
+        candidates.sensitivity = (0..n)
+            .map(|j| candidates.hellinger(j, j + 1))
+            .fold(0.0, f64::max);
         // Fail closed: every figure the release divides by or publishes must be a finite
         // number in its range. Below the cap a large prior can still cancel every digit of
         // the distances (prior [1, 2⁴⁹] at n = 1: its two candidates compute as H = 0).
@@ -109,6 +119,10 @@ impl BetaCandidates {
     pub fn n(&self) -> u64 {
         self.n
     }
+    /// The Beta prior (α, β).
+    pub fn prior(&self) -> (f64, f64) {
+        (self.alpha, self.beta)
+    }
     /// The parameters of candidate j: Beta(α + j, β + n − j).
     pub fn candidate(&self, j: u64) -> (f64, f64) {
         (self.alpha + j as f64, self.beta + (self.n - j) as f64)
@@ -123,9 +137,7 @@ impl BetaCandidates {
 
     /// Δ̂_g = max_j H(r_j, r_{j+1}), as computed (002 §2.1/§3.1).
     pub fn global_sensitivity(&self) -> f64 {
-        (0..self.n)
-            .map(|j| self.hellinger(j, j + 1))
-            .fold(0.0, f64::max)
+        self.sensitivity
     }
 
     /// The sensitivity the selection divides by: Δ̂_g inflated to cover the float error of every
@@ -195,8 +207,7 @@ impl BetaCandidates {
     /// ε_run/(2Δ̃), the factor the weights put on each utility: ε_run = ε − 10⁻¹²ε − 10⁻¹⁰ and
     /// Δ̃ = [`Self::sensitivity_used`] (module documentation, points 1 and 3).
     fn scale(&self, epsilon: f64) -> f64 {
-        let run = (epsilon - RUN_SLACK_REL * epsilon - RUN_SLACK_ABS).max(0.0);
-        run / (2.0 * self.sensitivity_used())
+        selection_scale(epsilon, self.sensitivity_used())
     }
 
     /// The preview's forecast: with probability ≥ 1 − β, whatever n₁, the selected posterior's
@@ -217,12 +228,13 @@ impl BetaCandidates {
     /// - the true H is within √E of the computed one ([`Self::utility_error_bound`]), hence + √E.
     /// - H ≤ 1 always, hence the min.
     pub fn hellinger_bound(&self, epsilon: f64, beta: f64) -> f64 {
-        let scale = self.scale(epsilon);
-        if !(scale > 0.0 && beta > 0.0 && beta < 1.0) {
-            return 1.0;
-        }
-        let t = ((self.n as f64 + 1.0) / beta).ln() / scale * (1.0 + 1e-12);
-        (t + self.utility_error_bound().sqrt()).min(1.0)
+        hellinger_bound_with(
+            self.n,
+            self.sensitivity_used(),
+            self.utility_error_bound(),
+            epsilon,
+            beta,
+        )
     }
 
     /// One release: j* drawn with probability q_j/Σq from the CSPRNG.
@@ -230,6 +242,31 @@ impl BetaCandidates {
         let weights = self.weights(n1, epsilon)?;
         Ok(draw_index(&weights, rng) as u64)
     }
+}
+
+/// ε_run/(2Δ̃) for a selection run with `epsilon` and the sensitivity Δ̃ it divides by
+/// ([`BetaCandidates::sensitivity_used`]): the factor the weights put on each utility.
+pub fn selection_scale(epsilon: f64, sensitivity_used: f64) -> f64 {
+    let run = (epsilon - RUN_SLACK_REL * epsilon - RUN_SLACK_ABS).max(0.0);
+    run / (2.0 * sensitivity_used)
+}
+
+/// [`BetaCandidates::hellinger_bound`] from its O(n) ingredients, computed once: Δ̃
+/// ([`BetaCandidates::sensitivity_used`]) and E ([`BetaCandidates::utility_error_bound`]), so
+/// that a planner can evaluate it at many ε in O(1).
+pub fn hellinger_bound_with(
+    n: u64,
+    sensitivity_used: f64,
+    error_bound: f64,
+    epsilon: f64,
+    beta: f64,
+) -> f64 {
+    let scale = selection_scale(epsilon, sensitivity_used);
+    if !(scale > 0.0 && beta > 0.0 && beta < 1.0) {
+        return 1.0;
+    }
+    let t = ((n as f64 + 1.0) / beta).ln() / scale * (1.0 + 1e-12);
+    (t + error_bound.sqrt()).min(1.0)
 }
 
 /// K with (n + 1)·2^K < 2^127: the largest weight is 2^K, so the sum never overflows u128.
@@ -242,7 +279,7 @@ fn weight_exponent(n: u64) -> i32 {
 /// An index drawn with probability weights[i]/Σweights, exactly: a uniform integer below the
 /// total by rejection from masked 128-bit words (no modulo bias, no float), then a walk over
 /// the cumulative sums. The walk's time depends on the selected index only, which is the output.
-fn draw_index(weights: &[u128], rng: &mut CsRng) -> usize {
+pub(crate) fn draw_index(weights: &[u128], rng: &mut CsRng) -> usize {
     let total: u128 = weights.iter().sum();
     let mask = u128::MAX >> (total - 1).leading_zeros().min(127);
     let u = loop {

@@ -3,6 +3,7 @@
 //! numbers are in docs/PRIVACY.md (seed 000 = Ponnoprat, KL minimisation; seed 001 =
 //! Ponnoprat, Dirichlet posterior sampling).
 
+pub mod accuracy;
 pub mod baseline;
 pub mod bounded;
 pub mod calibrate;
