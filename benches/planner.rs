@@ -61,6 +61,7 @@ fn context(order: f64, sensitivity: Sensitivity) -> Context {
         sensitivity,
         max_dimension: 1 << 20,
         max_exponential_n: 10_000,
+        cells: None,
     }
 }
 

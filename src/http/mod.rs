@@ -14,6 +14,7 @@ pub mod limits;
 pub mod metrics;
 pub mod openapi;
 pub mod ops;
+pub mod plan;
 pub mod releases;
 pub mod tokens;
 pub mod views;
@@ -78,6 +79,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(ops::router())
         .merge(datasets::router())
         .merge(allocations::router())
+        .merge(plan::router())
         .merge(audit::router())
         .merge(releases::router())
         .merge(tokens::router())

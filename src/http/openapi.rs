@@ -79,6 +79,7 @@ pub fn base() -> OpenApi {
         ("operations", "Liveness, readiness, metrics and this document (no authentication; the per-dataset metrics need the admin token)."),
         ("datasets", "Datasets and their privacy ledgers."),
         ("allocations", "Analysts' shares of a dataset's budget, under the dataset's cap."),
+        ("planning", "Accuracy-first planning from public inputs: no counts, no charge."),
         ("releases", "Private releases of a dataset's distribution."),
         ("tokens", "Analyst tokens."),
         ("console", "The browser console's page and files (no authentication; the data stays behind the API)."),

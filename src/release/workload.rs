@@ -381,6 +381,12 @@ fn parse_item(i: usize, it: &PlanItem, ctx: &Context) -> Result<Item, WorkloadEr
         ));
     }
     let d = it.d as usize;
+    if let Some(cells) = ctx.cells.filter(|&cells| cells != d) {
+        return Err(err(
+            "d",
+            &format!("the dataset names {cells} cells, so every release has {cells}"),
+        ));
+    }
     let rows = match it.rows {
         None => None,
         Some(0) => return Err(err("rows", "a table has at least 1 row")),
@@ -1937,6 +1943,7 @@ pub fn plan_workload(
     })
 }
 
+mod schema;
 #[cfg(test)]
 mod simulation;
 #[cfg(test)]

@@ -48,11 +48,12 @@ const SPEC_METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "options", "head", "patch", "trace",
 ];
 /// Operations that take a body, so a stalled body can make them time out (503 `timeout`).
-const BODY_OPERATIONS: [&str; 4] = [
+const BODY_OPERATIONS: [&str; 5] = [
     "createDataset",
     "createRelease",
     "previewRelease",
     "createToken",
+    "planReleases",
 ];
 
 // ------------------------------------------------------------------------------ the description
@@ -1896,6 +1897,55 @@ async fn every_response_matches_the_description(backend: Backend) {
     api.call("removeAllocation", &member_allocation)
         .problem(404, "not-found")
         .await;
+    // Planning: from public inputs, nothing charged.
+    let team_plan = format!("/v1/datasets/{team}/plan");
+    let planned = api
+        .call("planReleases", &team_plan)
+        .json(json!({"items": [
+            {"d": 4, "n": 5000, "target": {"l2": 0.05}},
+            {"d": 4, "rows": 3, "n_lower_bound": 50, "mechanism": "dirichlet", "epsilon": 0.25},
+            {"d": 4, "n": 3, "mechanism": "posterior", "target": {"l2": 1e-6, "cell_sd": 1e-6}},
+        ]}))
+        .expect(200)
+        .await;
+    assert_eq!(planned.body["unreachable"], 1, "{}", planned.body);
+    api.call("planReleases", &team_plan)
+        .token(&member)
+        .json(json!({"items": [{"d": 4, "n": 100, "epsilon": 0.1}]}))
+        .expect(200)
+        .await;
+    for (bad, by_schema) in [
+        (json!({"items": []}), true),
+        (json!({"items": [{"d": 1, "n": 10, "epsilon": 1}]}), true),
+        (json!({"items": [{"d": 4, "n": 10}]}), true),
+        (
+            json!({"items": [{"d": 4, "n": 10, "n_lower_bound": 5, "epsilon": 1}]}),
+            true,
+        ),
+        (json!({"items": [{"d": 4, "n": 10, "target": {}}]}), true),
+        (
+            json!({"items": [{"d": 4, "n": 10, "epsilon": 1, "mechanism": "magic"}]}),
+            true,
+        ),
+        (json!({"items": [{"d": 5, "n": 10, "epsilon": 1}]}), false),
+        (
+            json!({"items": [{"d": 4, "n": 10, "epsilon": 1, "mechanism": "exponential"}]}),
+            false,
+        ),
+    ] {
+        let call = api.call("planReleases", &team_plan).json(bad);
+        let call = if by_schema {
+            call.refused_by_schema()
+        } else {
+            call
+        };
+        call.problem(422, "invalid-request").await;
+    }
+    api.call("planReleases", &format!("/v1/datasets/{big}/plan"))
+        .token(&member)
+        .json(json!({"items": [{"d": 4, "n": 100, "epsilon": 0.1}]}))
+        .problem(404, "not-found")
+        .await;
 
     // ---------------------------------------------------------------- 401 on every secured operation
     let dataset_body = json!({"name": "x", "budget": {"order": 2, "epsilon": 1}});
@@ -1939,6 +1989,11 @@ async fn every_response_matches_the_description(backend: Backend) {
             "removeAllocation",
             format!("/v1/datasets/{dp}/allocations/{analyst_id}"),
             None,
+        ),
+        (
+            "planReleases",
+            format!("/v1/datasets/{dp}/plan"),
+            Some(json!({"items": [{"d": 4, "n": 100, "epsilon": 0.1}]})),
         ),
     ];
     let tampered = format!("{}x", &analyst[..analyst.len() - 1]);
@@ -1996,6 +2051,12 @@ async fn every_response_matches_the_description(backend: Backend) {
             format!("/v1/datasets/{dp}/allocations/{analyst_id}"),
             json!({"epsilon": 0.1}),
             r#"{"epsilon": NaN}"#,
+        ),
+        (
+            "planReleases",
+            format!("/v1/datasets/{dp}/plan"),
+            json!({"items": [{"d": 4, "n": 100, "epsilon": 0.1}]}),
+            r#"{"items": [{"d": 4, "n": Infinity, "epsilon": 0.1}]}"#,
         ),
     ];
     for (id, path, valid, not_a_number) in &bodies {
@@ -2097,6 +2158,11 @@ async fn every_response_matches_the_description(backend: Backend) {
             "setAllocation",
             format!("/v1/datasets/{tight_dataset}/allocations/0123456789abcdef"),
             json!({"epsilon": 0.1, "padding": "x".repeat(2000)}),
+        ),
+        (
+            "planReleases",
+            format!("/v1/datasets/{tight_dataset}/plan"),
+            json!({"items": vec![json!({"d": 4, "n": 100, "epsilon": 0.1}); 100]}),
         ),
     ] {
         tight_api

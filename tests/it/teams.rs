@@ -389,4 +389,115 @@ async fn cells_and_rows_have_names(backend: Backend) {
     assert!(shown.get("cells").is_none());
 }
 
-on_both_backends!(allocations_share_a_dataset, cells_and_rows_have_names);
+/// Accuracy-first planning over the API: from public inputs only, nothing charged; the plan's
+/// costs are what the releases made at its ε are then charged; an analyst's plan fits what the
+/// analyst may spend (their allocation, when lower than the dataset's remaining budget).
+async fn plans_cost_what_releases_are_charged(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let dataset = app.create_dataset(2.0, 2.0).await;
+    let plan_path = format!("/v1/datasets/{dataset}/plan");
+    let items = json!({"items": [
+        {"d": 6, "n": 5000, "mechanism": "auto", "target": {"l2": 0.05, "confidence": 0.95}},
+        {"d": 6, "n_lower_bound": 1000, "mechanism": "dirichlet", "target": {"cell_sd": 0.05}},
+        {"d": 3, "rows": 4, "n": 100, "mechanism": "gaussian", "epsilon": 0.25},
+        {"d": 40, "n": 10, "mechanism": "dirichlet", "target": {"l2": 0.001}},
+    ]});
+    let response = app.post(&plan_path, ADMIN_TOKEN, &items).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let plan: Value = response.json().await.unwrap();
+    assert_eq!(plan["order"], 2.0);
+    assert_eq!(plan["remaining"], 2.0);
+    let answers = plan["items"].as_array().unwrap();
+    assert_eq!(answers.len(), 4);
+    // A target no mechanism reaches with 10 records is unreachable, with what would reach it.
+    assert_eq!(answers[3]["status"], "unreachable", "{}", answers[3]);
+    assert!(answers[3]["shortfall"]["best"]["l2"].as_f64().unwrap() > 0.001);
+    assert_eq!(plan["unreachable"], 1, "{plan:#}");
+    assert_eq!(plan["fits"], false, "an unreachable item does not fit");
+    // Planning charged nothing.
+    assert_eq!(app.budget(&dataset).await["spent"], 0.0);
+
+    // Release the three planned items at their ε and mechanism: each is charged its planned cost.
+    let releases = format!("/v1/datasets/{dataset}/releases");
+    let mut charged = 0.0;
+    for (answer, input) in answers[..3].iter().zip([
+        json!({"counts": [2000, 1500, 900, 400, 150, 50]}),
+        json!({"counts": [500, 250, 125, 75, 35, 15]}),
+        json!({"table": [[40, 30, 30], [5, 0, 0], [0, 0, 0], [20, 20, 0]]}),
+    ]) {
+        assert_eq!(answer["status"], "planned", "{answer}");
+        let mut body = input.clone();
+        body["mechanism"] = answer["mechanism"].clone();
+        body["epsilon"] = answer["epsilon"].clone();
+        let response = app.post(&releases, ADMIN_TOKEN, &body).await;
+        assert_eq!(response.status(), StatusCode::CREATED, "{body}");
+        let release: Value = response.json().await.unwrap();
+        assert_eq!(release["cost"]["epsilon"], answer["cost"], "{answer}");
+        charged += release["cost"]["epsilon"].as_f64().unwrap();
+    }
+    assert_eq!(plan["total_cost"].as_f64().unwrap(), charged);
+
+    // An analyst with an allocation below the dataset's remaining budget plans against it.
+    let (id, analyst) = token(&app, &[&dataset]).await;
+    let response = put(
+        &app,
+        &format!("/v1/datasets/{dataset}/allocations/{id}"),
+        ADMIN_TOKEN,
+        &json!({"epsilon": 0.125}),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let one = json!({"items": [{"d": 6, "n": 5000, "mechanism": "dirichlet", "epsilon": 0.25}]});
+    let mine: Value = app
+        .post(&plan_path, &analyst, &one)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(mine["remaining"], 0.125);
+    assert_eq!(mine["fits"], false);
+    let fitting =
+        json!({"items": [{"d": 6, "n": 5000, "mechanism": "dirichlet", "epsilon": 0.125}]});
+    let mine: Value = app
+        .post(&plan_path, &analyst, &fitting)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(mine["fits"], true, "{mine}");
+
+    // Refusals name the item's field; another dataset's analyst gets 404.
+    for (bad, field) in [
+        (json!({"items": []}), "items"),
+        (
+            json!({"items": [{"d": 1, "n": 10, "epsilon": 1}]}),
+            "items[0].d",
+        ),
+        (json!({"items": [{"d": 4, "epsilon": 1}]}), "items[0].n"),
+        (json!({"items": [{"d": 4, "n": 10}]}), "items[0].target"),
+        (
+            json!({"items": [{"d": 4, "n": 10, "target": {"l2": 0.1, "confidence": 1.5}}]}),
+            "items[0].target.confidence",
+        ),
+    ] {
+        let response = app.post(&plan_path, ADMIN_TOKEN, &bad).await;
+        let problem = assert_problem(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
+        assert_eq!(problem["field"], field, "{bad}: {problem}");
+    }
+    let elsewhere = app.create_dataset(2.0, 1.0).await;
+    let response = app
+        .post(&format!("/v1/datasets/{elsewhere}/plan"), &analyst, &one)
+        .await;
+    assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
+}
+
+on_both_backends!(
+    allocations_share_a_dataset,
+    cells_and_rows_have_names,
+    plans_cost_what_releases_are_charged
+);

@@ -9,6 +9,7 @@ pub(super) fn ctx(order: f64, sens: Sensitivity) -> Context {
         sensitivity: sens,
         max_dimension: 1 << 20,
         max_exponential_n: 10_000,
+        cells: None,
     }
 }
 
@@ -222,6 +223,25 @@ fn every_refusal_names_its_field() {
         )
         .field,
         "items[0].mechanism"
+    );
+    let named = Context {
+        cells: Some(4),
+        ..c
+    };
+    assert_eq!(
+        refused(json!({"d": 5, "n": 10, "epsilon": 1}), &named).field,
+        "items[0].d"
+    );
+    assert_eq!(
+        plan_workload(
+            &request(json!({"items": [{"d": 4, "n": 10, "epsilon": 1}]})),
+            &named,
+            None
+        )
+        .unwrap()
+        .items
+        .len(),
+        1
     );
     let small = Context {
         max_dimension: 8,

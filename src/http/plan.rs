@@ -1,0 +1,87 @@
+//! `POST /v1/datasets/{id}/plan`: accuracy-first planning without the data. The caller describes
+//! the releases they intend (shapes, public totals, a mechanism or `auto`, ε or an accuracy
+//! target) and learns which mechanism, ε, parameters and forecast each would get and whether the
+//! whole list fits what they may still spend. No counts are sent, nothing is drawn or charged,
+//! and the answer depends only on the request and the dataset's public parameters
+//! (`release::workload`).
+
+use axum::extract::State;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::auth::Caller;
+use super::error::{problems, ApiError};
+use super::extract::{ApiJson, ApiPath};
+use super::openapi::DatasetId;
+use super::views::SortedJson;
+use super::AppState;
+use crate::ledger::Names;
+use crate::release::request::Context;
+use crate::release::workload::{plan_workload, PlanAnswer, PlanRequest};
+
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::default().routes(routes!(plan))
+}
+
+/// Plan releases for accuracy, before spending: for each planned release (its shape, a public
+/// total `n` or a public lower bound of it, a mechanism or `auto`, and ε or an accuracy target),
+/// the mechanism chosen, the cheapest ε on the ledger grid that meets the target (or why none
+/// does, and what would), the calibrated parameters and the worst-case forecast; for the list,
+/// the total cost and whether it fits what the caller may still spend (the dataset's remaining
+/// budget, or less under the calling analyst's allocation). Nothing is charged and no counts are
+/// sent. The totals must be public: choosing ε by looking at private counts would itself leak
+/// (docs/PRIVACY.md, "Planning for accuracy").
+#[utoipa::path(
+    post,
+    path = "/v1/datasets/{id}/plan",
+    operation_id = "planReleases",
+    tag = "planning",
+    params(DatasetId),
+    request_body(content = PlanRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The plan; nothing was charged.", body = PlanAnswer),
+        (status = 400, response = problems::MalformedRequest),
+        (status = 401, response = problems::Unauthorized),
+        (status = 404, response = problems::NotFound),
+        (status = 413, response = problems::PayloadTooLarge),
+        (status = 415, response = problems::UnsupportedMediaType),
+        (status = 422, response = problems::InvalidRequest),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
+async fn plan(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(request): ApiJson<PlanRequest>,
+) -> Result<SortedJson<PlanAnswer>, ApiError> {
+    let dataset = state.dataset_for(&caller, id).await?;
+    let mut remaining = dataset.budget().remaining();
+    if let Caller::Analyst { token_id, .. } = &caller {
+        if let Some(allocation) = state
+            .store
+            .list_allocations(id, Some(token_id))
+            .await?
+            .pop()
+        {
+            remaining = remaining.min(allocation.remaining());
+        }
+    }
+    let ctx = Context {
+        ledger_order: dataset.order,
+        sensitivity: dataset.sensitivity,
+        max_dimension: state.settings.max_dimension,
+        max_exponential_n: state.settings.max_exponential_n,
+        cells: dataset.cells.as_ref().map(Names::len),
+    };
+    // CPU-bound (calibrations, and rayon across the distinct items): off the async workers.
+    let answer =
+        tokio::task::spawn_blocking(move || plan_workload(&request, &ctx, Some(remaining)))
+            .await
+            .map_err(|e| ApiError::Internal(format!("planner task failed: {e}")))?
+            .map_err(|e| ApiError::invalid_field(&e.field, e.message))?;
+    Ok(SortedJson(answer))
+}
