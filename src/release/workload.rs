@@ -419,8 +419,9 @@ fn parse_item(i: usize, it: &PlanItem, ctx: &Context) -> Result<Item, WorkloadEr
                 "n (the public total) or n_lower_bound (a public lower bound of it) is required",
             )),
         };
-    if !(n.is_finite() && (0.0..=MAX_TOTAL).contains(&n)) {
-        return Err(err(n_field, "must be a finite number between 0 and 2^53"));
+    // Below 2⁵³, where every total is exact in f64 (a JSON number above it may round down to it).
+    if !(n.is_finite() && (0.0..MAX_TOTAL).contains(&n)) {
+        return Err(err(n_field, "must be a finite number ≥ 0 and below 2^53"));
     }
     let kind = match it.mechanism {
         MechanismChoice::Named(k) => Some(k),
@@ -475,10 +476,12 @@ fn parse_item(i: usize, it: &PlanItem, ctx: &Context) -> Result<Item, WorkloadEr
         .target
         .and_then(|t| t.confidence)
         .unwrap_or(DEFAULT_CONFIDENCE);
-    if !(confidence > 0.0 && confidence < 1.0) {
+    // A bound that holds less often than not bounds nothing; and β = 1 − confidence must be
+    // exact enough to report the confidence back.
+    if !((0.5..1.0).contains(&confidence)) {
         return Err(err(
             "target.confidence",
-            "must be a number strictly between 0 and 1",
+            "must be a number ≥ 0.5 and below 1",
         ));
     }
     let not_for = |field: &str| {

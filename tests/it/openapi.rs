@@ -1927,6 +1927,21 @@ async fn every_response_matches_the_description(backend: Backend) {
             json!({"items": [{"d": 4, "n": 10, "epsilon": 1, "mechanism": "magic"}]}),
             true,
         ),
+        // schemathesis: a total that rounds to 2^53 in f64, and a confidence whose β = 1 − c
+        // left nothing to report back (the answer then broke its schema).
+        (
+            json!({"items": [{"d": 2, "epsilon": 5e-324, "n": 9007199254740993u64}]}),
+            true,
+        ),
+        (
+            json!({"items": [{"d": 2, "n": 8611045570444138.0, "rows": 55, "mechanism": "auto",
+                              "target": {"cell_sd": 5e-324, "confidence": 5e-324, "l2": 0.78}}]}),
+            true,
+        ),
+        (
+            json!({"items": [{"d": 4, "n": 10, "target": {"cell_sd": 0.1, "confidence": 0.9}}]}),
+            true,
+        ),
         (json!({"items": [{"d": 5, "n": 10, "epsilon": 1}]}), false),
         (
             json!({"items": [{"d": 4, "n": 10, "epsilon": 1, "mechanism": "exponential"}]}),

@@ -32,7 +32,9 @@ fn forecast() -> SchemaRef {
         )
         .property(
             "confidence",
-            schema::above(0.0).exclusive_maximum(Some(1.0)),
+            schema::number()
+                .minimum(Some(0.5))
+                .exclusive_maximum(Some(1.0)),
         )
         .property(
             "cell_sd",
@@ -191,9 +193,11 @@ fn target() -> SchemaRef {
             )
             .property(
                 "confidence",
-                schema::above(0.0)
+                schema::number()
+                    .minimum(Some(0.5))
                     .exclusive_maximum(Some(1.0))
-                    .default(Some(json!(0.95))),
+                    .default(Some(json!(0.95)))
+                    .description(Some("The probability of the `l2` bound (only with `l2`).")),
             )
             .property(
                 "cell_sd",
@@ -202,7 +206,11 @@ fn target() -> SchemaRef {
                      √E[(yᵢ − xᵢ/n)²], at most this.",
                 )),
             ),
-        [json!({"anyOf": [{"required": ["l2"]}, {"required": ["cell_sd"]}]})],
+        [json!({
+            "anyOf": [{"required": ["l2"]}, {"required": ["cell_sd"]}],
+            "if": {"required": ["confidence"]},
+            "then": {"required": ["l2"]}
+        })],
     )
     .into()
 }
@@ -222,8 +230,22 @@ fn item() -> SchemaRef {
             ))
             .property("d", schema::integer().minimum(Some(2.0)))
             .property("rows", schema::integer().minimum(Some(1.0)))
-            .property("n", schema::between(0.0, MAX_TOTAL))
-            .property("n_lower_bound", schema::between(0.0, MAX_TOTAL))
+            .property(
+                "n",
+                schema::number()
+                    .minimum(Some(0.0))
+                    .exclusive_maximum(Some(MAX_TOTAL))
+                    .description(Some("The public total (per row for a table).")),
+            )
+            .property(
+                "n_lower_bound",
+                schema::number()
+                    .minimum(Some(0.0))
+                    .exclusive_maximum(Some(MAX_TOTAL))
+                    .description(Some(
+                        "A public lower bound of the total (per row for a table).",
+                    )),
+            )
             .property(
                 "mechanism",
                 schema::string()
