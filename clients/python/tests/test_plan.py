@@ -140,6 +140,7 @@ def test_an_unreachable_item_carries_its_shortfall(client: Client, dataset_id: s
             "items[2].target.confidence",
         ),
         ([TABLE, PlanItem(d=4, n=10, target=Target(cell_sd=-1.0))], "items[1].target.cell_sd"),
+        ([PlanItem(d=4, rows=0, n=10, epsilon=1.0)], "items[0].rows"),
         ([PlanItem(d=4, n=10, mechanism="nope", epsilon=1.0)], "items[0].mechanism"),
         ([PlanItem(d=4, n=10, mechanism="gaussian", prior=1.0, epsilon=1.0)], "items[0].prior"),
         ([PlanItem(d=4, n=10, mechanism="diffuse", epsilon=1.0)], "items[0].alpha"),

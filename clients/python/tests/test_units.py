@@ -344,6 +344,15 @@ def test_plan_items_as_sent() -> None:
     }
     assert type(doc["d"]) is int
     assert json.loads(json.dumps(doc)) == doc
+    table = dr.PlanItem(d=6, rows=3, n=50, mechanism="dirichlet", epsilon=0.1, prior=0.5)
+    assert table.to_json() == {
+        "d": 6,
+        "rows": 3,
+        "n": 50,
+        "mechanism": "dirichlet",
+        "epsilon": 0.1,
+        "prior": 0.5,
+    }
     assert dr.PlanItem(d=2, n=3, mechanism="explicit", r=1.0, alpha=1.0).to_json() == {
         "d": 2,
         "mechanism": "explicit",
