@@ -139,8 +139,9 @@ class FaultProxy:
     """A TCP proxy in front of the service that can fail chosen requests.
 
     `plan` maps a request kind (``"release"``: POST …/releases; ``"preview"``;
-    ``"create_dataset"``; ``"budget"``) to the actions for its next requests, consumed in order;
-    a request with no action left is forwarded; every request is kept in `seen`, with its body.
+    ``"create_dataset"``; ``"budget"``; ``"plan"``: POST …/plan) to the actions for its next
+    requests, consumed in order; a request with no action left is forwarded; every request is
+    kept in `seen`, with its body.
     Actions: ``"drop"`` forwards the request, reads the whole answer (so whatever the service
     did is done) and closes the client's connection without a byte; ``"503"`` answers 503
     ``service-unavailable`` with ``Retry-After`` without forwarding; ``"504"`` forwards, then
@@ -264,6 +265,8 @@ def _kind(method: str, path: str) -> str:
         return "create_dataset"
     if method == "GET" and path.endswith("/budget"):
         return "budget"
+    if method == "POST" and path.endswith("/plan"):
+        return "plan"
     return f"{method} other"
 
 

@@ -87,4 +87,27 @@ def test_every_async_method(server: Server) -> None:
                 await client.remove_allocation(shared.id, member.id)
             assert (await client.allocations(shared.id)).allocations == []
 
+            # Planning charges nothing; a planned item releases at its planned cost.
+            planning = (await client.create_dataset("async plan", epsilon=1.0, order=2)).id
+            plan = await client.plan(
+                planning,
+                [
+                    dr.PlanItem(d=6, n=194, mechanism="posterior", r=2.0, epsilon=0.125),
+                    {"d": 40, "n": 10, "mechanism": "dirichlet", "target": {"l2": 0.001}},
+                ],
+            )
+            assert (plan.remaining, plan.unreachable, plan.fits) == (1.0, 1, False)
+            assert (await client.budget(planning)).spent == 0.0
+            planned = plan.items[0]
+            assert planned.release_kwargs() == {
+                "mechanism": "posterior",
+                "epsilon": planned.epsilon,
+                "r": 2.0,
+            }
+            release = await client.release(planning, COUNTS, **planned.release_kwargs())
+            assert release.cost.epsilon == planned.cost == plan.total_cost
+            with pytest.raises(dr.InvalidRequest) as invalid:
+                await client.plan(planning, [dr.PlanItem(d=6, n=194)])
+            assert invalid.value.field == "items[0].target"
+
     asyncio.run(scenario())

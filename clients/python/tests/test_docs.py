@@ -47,6 +47,13 @@ def test_the_readme_python_section_runs(server: Server, tmp_path: Path) -> None:
     assert "analyst charged 0.25" in out
     assert re.search(r"Allocation\(token_id='\w+', epsilon=0\.29999\d*, spent=0\.25,", out), out
     assert "allocation change:" in out
+    # Step 9: the histogram is planned within the budget and charged exactly its planned cost.
+    histogram = r"^planned \w+ ε [0-9.e-]+ cost [0-9.e-]+ AccuracyForecast\(l2=0\.0"
+    assert re.search(histogram, out, re.M), out
+    assert re.search(r"^planned dirichlet ε 0\.0999", out, re.M), out
+    assert "fits: True" in out
+    charged = re.search(r"^planned ([0-9.e-]+) charged ([0-9.e-]+)$", out, re.M)
+    assert charged and charged.group(1) == charged.group(2), out
 
 
 def non_private_rows(printed: str) -> list[str]:

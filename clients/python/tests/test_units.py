@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import datetime, timezone
@@ -250,3 +251,137 @@ def test_allocation_exhausted_from_its_problem_document() -> None:
     assert error.remaining == 0.0  # the allocation's, not the dataset's 0.5
     assert error.budget is not None and error.budget.remaining == 0.5
     assert error.idempotency_key == "key-1"
+
+
+def _planned_doc() -> Dict[str, Any]:
+    forecast = {"l2": 0.02, "confidence": 0.95, "cell_sd": 0.01}
+    return {
+        "order": 2.0,
+        "items": [
+            {
+                "status": "planned",
+                "mechanism": "dirichlet",
+                "epsilon": 0.125,
+                "cost": 0.125,
+                "parameters": {"r": 0.5, "alpha": 3.0},
+                "forecast": forecast,
+                "candidates": [
+                    {"mechanism": "dirichlet", "status": "chosen", "estimated_cost": 0.125},
+                    {"mechanism": "exponential", "status": "not_applicable", "reason": "d = 2"},
+                ],
+            },
+            {
+                "status": "unreachable",
+                "mechanism": "gaussian",
+                "shortfall": {"max_epsilon": 8192.0, "best": forecast, "min_n": 12.0},
+                "candidates": [],
+            },
+        ],
+        "total_cost": 0.125,
+        "remaining": 1.0,
+        "fits": False,
+        "unreachable": 1,
+    }
+
+
+def test_plan_answers_are_read_strictly() -> None:
+    plan = dr.Plan.from_json(_planned_doc())
+    planned, short = plan.items
+    assert planned.parameters == dr.PlanParameters(r=0.5, alpha=3.0)
+    assert planned.candidates[1] == dr.PlanCandidate(
+        "exponential", "not_applicable", reason="d = 2"
+    )
+    assert short.shortfall == dr.Shortfall(8192.0, dr.AccuracyForecast(0.02, 0.95, 0.01), 12.0)
+
+    def broken(change: Any) -> Dict[str, Any]:
+        doc = _planned_doc()
+        change(doc)
+        return doc
+
+    for bad in [
+        broken(lambda d: d.pop("fits")),
+        broken(lambda d: d.update(fits="yes")),
+        broken(lambda d: d.update(unreachable=1.0)),
+        broken(lambda d: d.update(remaining=None)),
+        broken(lambda d: d.update(items={})),
+        broken(lambda d: d["items"][0].update(status="maybe")),
+        broken(lambda d: d["items"][0].pop("cost")),
+        broken(lambda d: d["items"][0].pop("epsilon")),
+        broken(lambda d: d["items"][0].pop("parameters")),
+        broken(lambda d: d["items"][0].update(cost=True)),
+        broken(lambda d: d["items"][0].update(cost="0.125")),
+        broken(lambda d: d["items"][0]["parameters"].update(alpha=["1"])),
+        broken(lambda d: d["items"][0]["forecast"].pop("cell_sd")),
+        broken(lambda d: d["items"][0]["candidates"][0].pop("mechanism")),
+        broken(lambda d: d["items"][0]["candidates"][0].update(status="best")),
+        broken(lambda d: d["items"][1]["shortfall"].pop("best")),
+        broken(lambda d: d["items"][1].pop("candidates")),
+    ]:
+        with pytest.raises(dr.BadResponse):
+            dr.Plan.from_json(bad)
+    with pytest.raises(dr.BadResponse, match="2 items for 1 sent"):
+        dr.Plan.from_json(_planned_doc(), sent=[{"d": 2}])
+    # explicit runs without an ε of its own.
+    explicit = broken(lambda d: d["items"][0].update(mechanism="explicit"))
+    explicit["items"][0].pop("epsilon")
+    assert dr.Plan.from_json(explicit).items[0].epsilon is None
+
+
+def test_plan_items_as_sent() -> None:
+    item = dr.PlanItem(
+        d=np.int64(40),  # type: ignore[arg-type]
+        n_lower_bound=5000,
+        target=dr.Target(l2=0.02, confidence=np.float64(0.9)),
+        alpha=pd.Series([1, 2]),
+    )
+    doc = item.to_json()
+    assert doc == {
+        "d": 40,
+        "mechanism": "auto",
+        "n_lower_bound": 5000,
+        "alpha": [1, 2],
+        "target": {"l2": 0.02, "confidence": 0.9},
+    }
+    assert type(doc["d"]) is int
+    assert json.loads(json.dumps(doc)) == doc
+    table = dr.PlanItem(d=6, rows=3, n=50, mechanism="dirichlet", epsilon=0.1, prior=0.5)
+    assert table.to_json() == {
+        "d": 6,
+        "rows": 3,
+        "n": 50,
+        "mechanism": "dirichlet",
+        "epsilon": 0.1,
+        "prior": 0.5,
+    }
+    assert dr.PlanItem(d=2, n=3, mechanism="explicit", r=1.0, alpha=1.0).to_json() == {
+        "d": 2,
+        "mechanism": "explicit",
+        "n": 3,
+        "r": 1.0,
+        "alpha": 1.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "epsilon", "sent", "expected"),
+    [
+        ("dirichlet", 0.5, {"prior": 0.5, "r": 2.0, "alpha": 1.0}, {"prior": 0.5}),
+        ("dirichlet", 0.5, {"prior": [2, 3]}, {}),
+        ("exponential", 0.5, {"prior": [2, 3], "r": 2.0}, {"prior": [2, 3]}),
+        ("exponential", 0.5, {"prior": 0.5}, {}),
+        ("posterior", 0.5, {"prior": 0.5, "r": 2.0, "alpha": 1.0}, {"r": 2.0}),
+        ("diffuse", 0.5, {"prior": 0.5, "r": 2.0, "alpha": [1, 2]}, {"alpha": [1, 2]}),
+        ("explicit", None, {"prior": 0.5, "r": 2.0, "alpha": 1.0}, {"r": 2.0, "alpha": 1.0}),
+        ("gaussian", 0.5, {"prior": 0.5, "r": 2.0, "alpha": 1.0}, {}),
+        ("laplace", 0.5, {"prior": [1, 1], "r": 2.0, "alpha": 1.0}, {}),
+    ],
+)
+def test_release_kwargs_carry_only_the_chosen_mechanisms_fields(
+    mechanism: str, epsilon: Any, sent: Dict[str, Any], expected: Dict[str, Any]
+) -> None:
+    doc = _planned_doc()["items"][0] | {"mechanism": mechanism}
+    if epsilon is None:
+        doc.pop("epsilon")
+    item = dr.PlannedItem.from_json(doc, sent={"d": 2, "n": 10, "mechanism": "auto"} | sent)
+    kwargs = {"mechanism": mechanism} | ({} if epsilon is None else {"epsilon": 0.125})
+    assert item.release_kwargs() == kwargs | expected

@@ -3,7 +3,8 @@
 `Client` (blocking) and `AsyncClient` (asyncio) speak the service's HTTP API. A release always
 carries an Idempotency-Key and every retry reuses it, so a retried release is charged once;
 every problem+json answer is raised as a typed `ProblemError`. Counts may be lists, numpy arrays
-or pandas objects, and come back with their labels.
+or pandas objects, and come back with their labels. `plan` tells, from public figures only, which
+mechanism and ε reach an accuracy target and what they cost, before anything is spent.
 """
 
 from ._client import AsyncClient, Client
@@ -49,11 +50,22 @@ from ._models import (
     TokenInfo,
     WhoAmI,
 )
+from ._plan import (
+    AccuracyForecast,
+    Plan,
+    PlanCandidate,
+    PlanItem,
+    PlannedItem,
+    PlanParameters,
+    Shortfall,
+    Target,
+)
 from ._version import __version__
 
 __all__ = [
     "APIConnectionError",
     "APITimeoutError",
+    "AccuracyForecast",
     "Allocation",
     "AllocationChange",
     "AllocationExhausted",
@@ -82,12 +94,19 @@ __all__ = [
     "NoGuarantee",
     "NotFound",
     "OutputQuotaExceeded",
+    "Plan",
+    "PlanCandidate",
+    "PlanItem",
+    "PlanParameters",
+    "PlannedItem",
     "Preview",
     "ProblemError",
     "Release",
     "Sensitivity",
     "ServerError",
     "ServiceUnavailable",
+    "Shortfall",
+    "Target",
     "Token",
     "TokenInfo",
     "Unauthorized",

@@ -48,6 +48,7 @@ from ._models import (
     TokenInfo,
     WhoAmI,
 )
+from ._plan import Plan, PlanItem, plan_item_json
 from ._version import __version__
 
 log = logging.getLogger("dirichlet_release")
@@ -522,6 +523,20 @@ class BaseClient:
             "GET",
             f"/v1/datasets/{_segment(dataset_id)}/allocations",
             lambda r: Allocations.from_json(_object(r)),
+        )
+
+    def _plan(
+        self, dataset_id: str, items: Sequence[Union[PlanItem, Mapping[str, Any]]]
+    ) -> Call[Plan]:
+        if isinstance(items, (PlanItem, Mapping, str)):
+            raise TypeError("items must be a list of PlanItem (or dicts), not one item")
+        sent = [plan_item_json(item, i) for i, item in enumerate(items)]
+        # Side-effect free (nothing is charged or stored), so resent like a read.
+        return Call(
+            "POST",
+            f"/v1/datasets/{_segment(dataset_id)}/plan",
+            lambda r: Plan.from_json(_object(r), sent=sent),
+            body=_encode({"items": sent}),
         )
 
     def _whoami(self) -> Call[WhoAmI]:

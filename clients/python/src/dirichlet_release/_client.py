@@ -43,6 +43,7 @@ from ._models import (
     TokenInfo,
     WhoAmI,
 )
+from ._plan import Plan, PlanItem
 
 __all__ = ["AsyncClient", "Client"]
 
@@ -63,7 +64,7 @@ class Client(BaseClient):
         token: the admin token or an analyst token ``dra_…``.
         timeout: seconds to wait for each attempt's answer.
         retries: how many times a failed call is sent again (0: never). Reads, previews,
-            releases (under their Idempotency-Key) and revocations are retried on a lost
+            plans, releases (under their Idempotency-Key) and revocations are retried on a lost
             connection, a 503 (after its ``Retry-After``) and a 504 ``commit-outcome-unknown``;
             creating a dataset or a token only when the connection could not be opened. A 4xx
             is never retried.
@@ -330,6 +331,32 @@ class Client(BaseClient):
         """
         return self._run(self._allocations(dataset_id))
 
+    def plan(self, dataset_id: str, items: Sequence[Union[PlanItem, Mapping[str, Any]]]) -> Plan:
+        """Plan releases for accuracy before spending: no counts are sent, nothing is charged.
+
+        Each item describes one intended release by its shape and a public total (a
+        `PlanItem`, or a dict of the same members, sent as it is), with a mechanism or
+        ``"auto"`` and either ``epsilon`` or an accuracy `Target`. The answer says, per item,
+        which mechanism to run, the cheapest ε on the ledger grid that meets the target (or
+        why none does, and what would), its cost, calibrated parameters and worst-case
+        forecast; and for the list, the total cost and whether it `fits` what the caller may
+        still spend (the dataset's remaining budget, or less under the calling analyst's
+        allocation). Release a planned item with
+        ``release(dataset_id, counts, **plan.items[i].release_kwargs())``: it is charged
+        exactly the planned `cost`.
+
+        The totals must be public (a published sample size, a lower bound known in advance),
+        never computed from the counts: choosing ε by looking at private counts would itself
+        leak. The client deliberately offers no way to plan from counts.
+
+        Raises:
+            InvalidRequest: an item cannot be planned as sent; `field` names it
+                (``items[2].target.confidence``).
+            NotFound: no such dataset, or one the token may not see.
+
+        """
+        return self._run(self._plan(dataset_id, items))
+
     def whoami(self) -> WhoAmI:
         """The presented token's role (and an analyst token's id and datasets)."""
         return self._run(self._whoami())
@@ -532,6 +559,12 @@ class AsyncClient(BaseClient):
     async def allocations(self, dataset_id: str) -> Allocations:
         """The dataset's allocations and their audit trail; see `Client.allocations`."""
         return await self._run(self._allocations(dataset_id))
+
+    async def plan(
+        self, dataset_id: str, items: Sequence[Union[PlanItem, Mapping[str, Any]]]
+    ) -> Plan:
+        """Plan releases for accuracy, nothing sent of the data or charged; see `Client.plan`."""
+        return await self._run(self._plan(dataset_id, items))
 
     async def whoami(self) -> WhoAmI:
         """The presented token's role (and an analyst token's id and datasets)."""
