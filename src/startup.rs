@@ -48,6 +48,7 @@ impl Application {
             max_connections: settings.db_max_connections,
             acquire_timeout: settings.db_acquire_timeout(),
             max_stored_cells: settings.max_stored_cells,
+            commit_slots: settings.db_commit_slots,
         };
         let store = store::connect(&settings.database_url, &options).await?;
         let (admin_digest, generated_admin_token) = admin_digest(&settings, store.as_ref()).await?;

@@ -23,6 +23,10 @@ pub struct StoreOptions {
     /// Most output cells stored per dataset over all its releases; a release that would pass it
     /// is refused (`CommitOutcome::OutputQuotaExceeded`) and charges nothing.
     pub max_stored_cells: u64,
+    /// PostgreSQL: how many release statements run at once through group commit
+    /// (`store::postgres::group`); releases arriving while all are busy commit together. 0
+    /// turns group commit off: every release commits alone as soon as it has a connection.
+    pub commit_slots: usize,
 }
 
 impl StoreOptions {
@@ -38,6 +42,7 @@ impl Default for StoreOptions {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
             max_stored_cells: u64::MAX,
+            commit_slots: 4,
         }
     }
 }

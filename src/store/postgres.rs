@@ -20,6 +20,9 @@ use super::{store_error, StoreOptions};
 use crate::access::{Role, TokenRecord};
 use crate::ledger::audit::{self, LogEntry, LogHead};
 use crate::ledger::*;
+use group::{Answer, Groups, Member};
+
+mod group;
 
 const TOKEN_COLUMNS: &str = "id, secret_hash, role, created_at, expires_at, last_used_at, \
      revoked_at, ARRAY(SELECT dataset_id FROM token_datasets WHERE token_id = tokens.id \
@@ -122,6 +125,8 @@ pub struct PgStore {
     max_stored_cells: i64,
     /// See [`LedgerStore::commit_answer_bound`].
     commit_answer_bound: Duration,
+    /// Group commit for keyless releases; `None` when `StoreOptions::commit_slots` is 0.
+    groups: Option<Groups>,
 }
 
 impl PgStore {
@@ -161,15 +166,48 @@ impl PgStore {
                 })
             })
             .connect_lazy_with(base.options(server_timeouts(options.acquire_timeout)));
+        let max_stored_cells = options.stored_cells_quota();
+        // A release waits in the group queue at most half an acquire timeout, so that its whole
+        // commit still answers within `commit_answer_bound`.
+        let groups = (options.commit_slots > 0).then(|| {
+            Groups::start(
+                pool.clone(),
+                options.commit_slots,
+                options.acquire_timeout / 2,
+                max_stored_cells,
+            )
+        });
         Ok(Self {
             pool,
-            max_stored_cells: options.stored_cells_quota(),
+            max_stored_cells,
             commit_answer_bound: commit_answer_bound(options.acquire_timeout),
+            groups,
         })
     }
 
     pub fn pool(&self) -> &sqlx::PgPool {
         &self.pool
+    }
+
+    /// A release's bound values (see `COMMIT_RELEASE`).
+    fn member(&self, new: &NewRelease) -> Result<Member, StoreError> {
+        let (distribution, dimension, table_rows) = output_columns(&new.output)?;
+        Ok(Member {
+            dataset_id: new.dataset_id,
+            cost: new.cost.raw(),
+            id: new.id,
+            created_by: new.created_by.clone(),
+            mechanism: new.mechanism.to_string(),
+            distribution,
+            dimension,
+            table_rows,
+            label: new.label.as_ref().map(|l| l.as_str().to_owned()),
+            link_prefix: audit::link_prefix(new.dataset_id, new.id),
+            link_suffix: codec::link_suffix(new),
+            row_names: codec::names_json(new.row_names.as_ref()),
+            idempotency_key: new.idempotency.as_ref().map(|i| i.key.clone()),
+            fingerprint: new.idempotency.as_ref().map(|i| i.fingerprint.to_vec()),
+        })
     }
 
     async fn fetch_dataset(&self, context: &str, id: Uuid) -> Result<Option<Dataset>, StoreError> {
@@ -205,7 +243,11 @@ impl PgStore {
     /// Why the commit statement charged nothing (`answer` is its row). The budget's answer cannot
     /// go stale: `spent` only grows, a dataset is never deleted and an idempotency key, once
     /// stored, stays; the allocation's comes from the statement itself.
-    async fn refused(&self, new: &NewRelease, answer: &PgRow) -> Result<CommitOutcome, StoreError> {
+    async fn refused(
+        &self,
+        new: &NewRelease,
+        allocation: Option<(i64, i64)>,
+    ) -> Result<CommitOutcome, StoreError> {
         const CONTEXT: &str = "commit_release";
         // A concurrent retry may have taken the last of the budget with this very key.
         if let Some(idempotency) = &new.idempotency {
@@ -229,16 +271,11 @@ impl PgStore {
         // `spent` only grows, so the budget admitted the release at the statement too: the
         // caller's allocation, as the statement read it under its lock, or the output quota
         // refused it.
-        let get = |e| store_error(CONTEXT, e);
-        let total: Option<i64> = answer.try_get("allocation_units").map_err(get)?;
-        if let Some(total) = total {
+        if let Some((total, spent)) = allocation {
             let allocation = Allocation {
                 token_id: new.created_by.clone(),
                 total: codec::units(total, "token_datasets.allocation_units")?,
-                spent: codec::units(
-                    answer.try_get("allocation_spent_units").map_err(get)?,
-                    "token_datasets.spent_units",
-                )?,
+                spent: codec::units(spent, "token_datasets.spent_units")?,
             };
             if !allocation.admits(new.cost) {
                 return Ok(CommitOutcome::AllocationExhausted { allocation, budget });
@@ -277,15 +314,79 @@ fn commit_answer_bound(acquire_timeout: Duration) -> Duration {
     acquire_timeout.saturating_mul(2).saturating_add(statement)
 }
 
-fn committed(row: &PgRow, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
-    let get = |e| store_error("commit_release", e);
-    let budget: BudgetState = BudgetColumns::from_row(row).map_err(get)?.try_into()?;
-    let seq = row.try_get("seq").map_err(get)?;
-    let created_at = row.try_get("created_at").map_err(get)?;
-    Ok(CommitOutcome::Committed {
-        release: committed_release(new, seq, created_at, budget.spent),
-        budget,
-    })
+/// One release, alone, with `COMMIT_RELEASE`: a keyed release, a group of one, or a member its
+/// group handed back. Waits for the rows' locks.
+async fn commit_alone(
+    pool: &sqlx::PgPool,
+    m: &Member,
+    max_stored_cells: i64,
+) -> Result<Answer, StoreError> {
+    const CONTEXT: &str = "commit_release";
+    // Acquired apart from the statement: a failure to get a connection charged nothing
+    // (503), while a connection lost once the statement is sent may have committed.
+    let mut conn = pool.acquire().await.map_err(|e| store_error(CONTEXT, e))?;
+    let result = sqlx::query(COMMIT_RELEASE)
+        .bind(m.dataset_id)
+        .bind(m.cost)
+        .bind(m.id)
+        .bind(&m.created_by)
+        .bind(&m.mechanism)
+        .bind(&m.distribution)
+        .bind(m.dimension)
+        .bind(m.idempotency_key.as_deref())
+        .bind(m.fingerprint.as_deref())
+        .bind(m.table_rows)
+        .bind(m.label.as_deref())
+        .bind(max_stored_cells)
+        .bind(&m.link_prefix)
+        .bind(&m.link_suffix)
+        .bind(m.row_names.as_deref())
+        .fetch_optional(&mut *conn)
+        .await;
+    drop(conn);
+    let get = |e| store_error(CONTEXT, e);
+    match result {
+        Ok(Some(row)) => match row.try_get::<Option<i64>, _>("seq").map_err(get)? {
+            Some(seq) => Ok(Answer::Committed {
+                budget: BudgetColumns::from_row(&row).map_err(get)?.try_into()?,
+                seq,
+                created_at: row.try_get("created_at").map_err(get)?,
+            }),
+            None => Ok(Answer::Refused {
+                allocation: group::allocation_columns(&row)?,
+            }),
+        },
+        Ok(None) => Err(StoreError::Internal(format!(
+            "{CONTEXT}: the statement answered no row"
+        ))),
+        Err(e) if is_idempotency_conflict(&e) => Ok(Answer::KeyConflict),
+        Err(e) => Err(match outcome_of(e) {
+            Ok(e) => store_error(CONTEXT, e),
+            Err(unknown) => StoreError::OutcomeUnknown(unknown),
+        }),
+    }
+}
+
+/// What a failed commit statement says of its outcome: `Ok` when the database answered with an
+/// error (a cancel for statement_timeout included: the statement, a transaction of its own, was
+/// rolled back) or nothing was sent; `Err` when the connection failed once the statement may
+/// have been sent — a TLS or protocol failure, the connection lost — leaving no answer saying
+/// whether it committed.
+fn outcome_of(e: sqlx::Error) -> Result<sqlx::Error, String> {
+    const CONTEXT: &str = "commit_release";
+    match e {
+        e @ (sqlx::Error::Database(_)
+        | sqlx::Error::Encode(_)
+        | sqlx::Error::TypeNotFound { .. }
+        | sqlx::Error::InvalidArgument(_)) => Ok(e),
+        sqlx::Error::Io(io) => Err(format!(
+            "{CONTEXT}: I/O error after the statement was sent: {io}"
+        )),
+        e => Err(format!(
+            "{CONTEXT}: the connection failed after the statement was sent: {}",
+            store_error(CONTEXT, e)
+        )),
+    }
 }
 
 fn is_idempotency_conflict(error: &sqlx::Error) -> bool {
@@ -358,71 +459,44 @@ impl LedgerStore for PgStore {
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
         const CONTEXT: &str = "commit_release";
         // No read of the key first: the release handler has just looked it up, so a stored key
-        // is rare here and costs one failed statement (the unique violation below) plus a read,
-        // while every keyed release saves a round trip.
-        let (distribution, dimension, table_rows) = output_columns(&new.output)?;
-        // Acquired apart from the statement: a failure to get a connection charged nothing
-        // (503), while a connection lost once the statement is sent may have committed.
-        let mut conn = self
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| store_error(CONTEXT, e))?;
-        let result = sqlx::query(COMMIT_RELEASE)
-            .bind(new.dataset_id)
-            .bind(new.cost.raw())
-            .bind(new.id)
-            .bind(&new.created_by)
-            .bind(new.mechanism.to_string())
-            .bind(distribution)
-            .bind(dimension)
-            .bind(new.idempotency.as_ref().map(|i| i.key.as_str()))
-            .bind(new.idempotency.as_ref().map(|i| &i.fingerprint[..]))
-            .bind(table_rows)
-            .bind(new.label.as_ref().map(Label::as_str))
-            .bind(self.max_stored_cells)
-            .bind(audit::link_prefix(new.dataset_id, new.id))
-            .bind(codec::link_suffix(new))
-            .bind(codec::names_json(new.row_names.as_ref()))
-            .fetch_optional(&mut *conn)
-            .await;
-        drop(conn);
-        match result {
-            Ok(Some(row)) => match row.try_get::<Option<i64>, _>("seq") {
-                Ok(Some(_)) => committed(&row, new),
-                Ok(None) => self.refused(new, &row).await,
-                Err(e) => Err(store_error(CONTEXT, e)),
-            },
-            Ok(None) => Err(StoreError::Internal(format!(
-                "{CONTEXT}: the statement answered no row"
-            ))),
+        // is rare here and costs one failed statement (the unique violation) plus a read, while
+        // every keyed release saves a round trip.
+        let member = self.member(new)?;
+        let answer = match &self.groups {
+            Some(groups) if new.idempotency.is_none() => groups.commit(member).await?,
+            _ => commit_alone(&self.pool, &member, self.max_stored_cells).await?,
+        };
+        let answer = match answer {
+            Answer::Alone(member) => {
+                commit_alone(&self.pool, &member, self.max_stored_cells).await?
+            }
+            answer => answer,
+        };
+        match answer {
+            Answer::Committed {
+                budget,
+                seq,
+                created_at,
+            } => Ok(CommitOutcome::Committed {
+                release: committed_release(new, seq, created_at, budget.spent),
+                budget,
+            }),
+            Answer::Refused { allocation } => self.refused(new, allocation).await,
             // A concurrent request with the same key committed first; this one charged nothing.
-            Err(e) if is_idempotency_conflict(&e) => {
+            Answer::KeyConflict => {
                 let key = new.idempotency.as_ref().map_or("", |i| i.key.as_str());
                 match self.fetch_keyed(CONTEXT, new.dataset_id, key).await? {
                     Some((release, fingerprint)) => Ok(CommitOutcome::Existing {
                         release,
                         fingerprint,
                     }),
-                    None => Err(store_error(CONTEXT, e)),
+                    None => Err(StoreError::Internal(format!(
+                        "{CONTEXT}: the idempotency key conflicted, but no release has it"
+                    ))),
                 }
             }
-            // The server answered with an error (a cancel for statement_timeout included): the
-            // statement, a transaction of its own, was rolled back. Or nothing was sent.
-            Err(
-                e @ (sqlx::Error::Database(_)
-                | sqlx::Error::Encode(_)
-                | sqlx::Error::TypeNotFound { .. }
-                | sqlx::Error::InvalidArgument(_)),
-            ) => Err(store_error(CONTEXT, e)),
-            // Anything else once the statement may have been sent — the connection lost, a TLS
-            // or protocol failure — leaves no answer saying whether it committed.
-            Err(sqlx::Error::Io(io)) => Err(StoreError::OutcomeUnknown(format!(
-                "{CONTEXT}: I/O error after the statement was sent: {io}"
-            ))),
-            Err(e) => Err(StoreError::OutcomeUnknown(format!(
-                "{CONTEXT}: the connection failed after the statement was sent: {}",
-                store_error(CONTEXT, e)
+            Answer::Alone(_) => Err(StoreError::Internal(format!(
+                "{CONTEXT}: a release was handed back twice"
             ))),
         }
     }

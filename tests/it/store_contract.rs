@@ -28,6 +28,7 @@ fn options() -> StoreOptions {
         max_connections: 8,
         acquire_timeout: Duration::from_secs(5),
         max_stored_cells: u64::MAX,
+        commit_slots: 4,
     }
 }
 
@@ -1198,6 +1199,7 @@ fn short_timeout() -> StoreOptions {
         max_connections: 4,
         acquire_timeout: Duration::from_secs(1),
         max_stored_cells: u64::MAX,
+        commit_slots: 4,
     }
 }
 
@@ -1348,6 +1350,7 @@ async fn postgres_sessions_carry_server_timeouts() {
             max_connections: 2,
             acquire_timeout: Duration::from_millis(2500),
             max_stored_cells: u64::MAX,
+            commit_slots: 4,
         },
     )
     .await
@@ -2113,4 +2116,211 @@ async fn names_round_trip(f: Fixture) {
     // Row names are covered by the release log: the chain verifies.
     let verdict = verify_log(store, d.id, 10).await;
     assert_eq!((verdict.checked, verdict.failure), (1, None));
+}
+
+// ----- group commit (PostgreSQL) -----
+
+/// A store whose commits all go through one slot, so that releases arriving together wait and
+/// commit as groups.
+async fn one_slot(url: &str) -> Arc<dyn LedgerStore> {
+    connect(
+        url,
+        &StoreOptions {
+            commit_slots: 1,
+            ..options()
+        },
+    )
+    .await
+    .expect("open the PostgreSQL store")
+}
+
+/// Many releases over many datasets at once, through one commit slot, with budgets and an
+/// allocation that run out: every member of every group meets the same rules as a release
+/// alone. Each dataset admits exactly what its budget holds, with seqs 1..k and a release log
+/// that verifies; the allocated token stops exactly at its allocation; keyed releases (which
+/// commit alone) interleave; and groups did form (releases of one transaction share
+/// `created_at`, the transaction's time), or the test would prove nothing about them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_releases_keep_every_rule_postgres() {
+    const DATASETS: usize = 12;
+    const PER_DATASET: usize = 12;
+    let url = pg::fresh_database().await;
+    let store = one_slot(&url).await;
+    let charge = cost(0.125);
+    // Dataset i holds i + 2 releases (so most refuse some); the token "tok_alloc" may spend 3
+    // releases' worth on each dataset.
+    let mut datasets = Vec::new();
+    for i in 0..DATASETS {
+        let d = store
+            .create_dataset(&new_dataset(&format!("group {i}"), 0.125 * (i + 2) as f64))
+            .await
+            .unwrap();
+        datasets.push(d);
+    }
+    let ids: Vec<Uuid> = datasets.iter().map(|d| d.id).collect();
+    analyst_token(&*store, "tok_alloc", &ids).await;
+    analyst_token(&*store, "tok_free", &ids).await;
+    let at = Utc::now().trunc_subsecs(6);
+    for id in &ids {
+        store
+            .set_allocation(*id, "tok_alloc", Some(cost(0.375)), "admin", at)
+            .await
+            .unwrap();
+    }
+
+    let mut tasks = Vec::new();
+    for round in 0..PER_DATASET {
+        for (i, id) in ids.iter().enumerate() {
+            let store = Arc::clone(&store);
+            let mut new = by(
+                if round % 2 == 0 {
+                    "tok_alloc"
+                } else {
+                    "tok_free"
+                },
+                *id,
+                charge,
+            );
+            if (round + i) % 5 == 0 {
+                new.idempotency = Some(Idempotency {
+                    key: format!("k-{round}-{i}"),
+                    fingerprint: fingerprint(&format!("k-{round}-{i}")),
+                });
+            }
+            tasks.push(tokio::spawn(async move {
+                let outcome = store.commit_release(&new).await;
+                (new.dataset_id, new.created_by.clone(), outcome)
+            }));
+        }
+    }
+    let mut admitted = std::collections::HashMap::<(Uuid, String), i64>::new();
+    let mut refused = 0;
+    for task in tasks {
+        let (dataset_id, token, outcome) = task.await.unwrap();
+        match outcome.expect("no commit fails") {
+            CommitOutcome::Committed { release, budget } => {
+                assert!(budget.spent <= budget.total);
+                assert_eq!(release.spent_after, budget.spent);
+                *admitted.entry((dataset_id, token)).or_default() += 1;
+            }
+            CommitOutcome::Exhausted { budget } => {
+                assert!(!budget.admits(charge));
+                refused += 1;
+            }
+            CommitOutcome::AllocationExhausted { allocation, budget } => {
+                assert_eq!(token, "tok_alloc");
+                assert!(!allocation.admits(charge) && budget.admits(charge));
+                refused += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let mut created_at = BTreeSet::new();
+    let mut total_committed = 0;
+    for (i, d) in datasets.iter().enumerate() {
+        let capacity = (i + 2) as i64;
+        let by_alloc = admitted
+            .get(&(d.id, "tok_alloc".into()))
+            .copied()
+            .unwrap_or(0);
+        let by_free = admitted
+            .get(&(d.id, "tok_free".into()))
+            .copied()
+            .unwrap_or(0);
+        assert!(
+            by_alloc <= 3,
+            "dataset {i}: {by_alloc} releases under an allocation of 3"
+        );
+        // Six releases of each token were asked for: the dataset fills to its capacity unless the
+        // allocation stopped the first token first.
+        assert_eq!(by_alloc + by_free, capacity.min(3 + 6), "dataset {i}");
+        let after = dataset(&*store, d.id).await;
+        assert_eq!(after.spent.raw(), (by_alloc + by_free) * charge.raw());
+        assert_eq!(after.releases, by_alloc + by_free);
+        let allocation = store
+            .list_allocations(d.id, Some("tok_alloc"))
+            .await
+            .unwrap()
+            .pop()
+            .unwrap();
+        assert_eq!(allocation.spent.raw(), by_alloc * charge.raw());
+        let listed = store.list_releases(d.id, None, 100).await.unwrap();
+        assert_eq!(
+            listed.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (1..=after.releases).rev().collect::<Vec<_>>()
+        );
+        created_at.extend(listed.iter().map(|r| r.created_at));
+        total_committed += listed.len();
+        let verdict = verify_log(&*store, d.id, 7).await;
+        assert_eq!(
+            (verdict.checked, verdict.failure),
+            (after.releases, None),
+            "dataset {i}: the release log verifies"
+        );
+    }
+    assert_eq!(total_committed + refused, DATASETS * PER_DATASET);
+    assert!(
+        created_at.len() < total_committed,
+        "no two releases shared a transaction: no group formed ({total_committed} releases)"
+    );
+}
+
+/// A group never waits for a lock: a dataset row held by another transaction is skipped, the
+/// rest of the group commits at once, and the skipped release commits alone once the lock is
+/// released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_skips_a_locked_dataset_postgres() {
+    let url = pg::fresh_database().await;
+    let store = one_slot(&url).await;
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        ids.push(
+            store
+                .create_dataset(&new_dataset(&format!("skip {i}"), 1.0))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+    other.execute("BEGIN").await.unwrap();
+    sqlx::query("SELECT 1 FROM datasets WHERE id = $1 FOR UPDATE")
+        .bind(ids[0])
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let tasks: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let store = Arc::clone(&store);
+            let new = new_release(*id, cost(0.25), None);
+            tokio::spawn(async move {
+                let outcome = store.commit_release(&new).await;
+                (new.dataset_id, outcome, started.elapsed())
+            })
+        })
+        .collect();
+    // The five free datasets commit while the lock is held.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for id in &ids[1..] {
+        assert_eq!(
+            dataset(&*store, *id).await.releases,
+            1,
+            "a free dataset waited"
+        );
+    }
+    assert_eq!(dataset(&*store, ids[0]).await.releases, 0);
+    other.execute("ROLLBACK").await.unwrap();
+    for task in tasks {
+        let (id, outcome, elapsed) = task.await.unwrap();
+        let (release, _) = committed(outcome.expect("commit_release"));
+        assert_eq!(release.seq, 1);
+        if id == ids[0] {
+            assert!(
+                elapsed >= Duration::from_millis(1500),
+                "committed under the lock"
+            );
+        }
+    }
 }
