@@ -8,11 +8,18 @@
 #
 # Environment: BIN (default $CARGO_TARGET_DIR/release/dirichlet-release, built if missing),
 # DIRICHLET_TEST_POSTGRES_URL (admin URL, default postgres://postgres@127.0.0.1:5432/postgres),
-# CONNS (64), DIM (16 cells), DURATION, TOKEN (analyst|admin, default analyst),
+# CONNS (64), DIM (16 cells), DURATION, TOKEN (analyst|allocated|admin, default analyst;
+# allocated: an analyst token with an allocation on every dataset, never exhausted),
 # POOL (DIRICHLET_DB_MAX_CONNECTIONS for the server, default: the service default),
-# OUT (results folder, default target/bench-e2e).
+# OUT (results folder, default target/bench-e2e),
+# VARIANTS: an A/B in one run — space-separated NAME or NAME:VAR=VALUE[,VAR=VALUE…], one server
+# each (same binary and database; e.g. "alone:DIRICHLET_DB_COMMIT_SLOTS=0 grouped:"), run
+# back to back against the same ceilings; TOKEN=… in a variant picks its token (e.g.
+# "admin:TOKEN=admin allocated:TOKEN=allocated"); default one variant, "service",
+# REPS (1): repeat every workload, ceilings included, so that each variant's ratio to the
+# other and to the ceilings is taken pair by pair within a repetition.
 # Output: a table on stdout, one JSON object per figure in $OUT/results.jsonl and markdown
-# rows in $OUT/results.md.
+# rows in $OUT/results.md; with several variants, their ratios per repetition too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,9 +40,9 @@ done
 mkdir -p "$OUT"
 work=$(mktemp -d)
 db="dr_bench_$(date +%s)_$$"
-pid=""
+pids=()
 cleanup() {
-  [ -n "$pid" ] && { kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   psql "$pg_admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
   rm -rf "$work"
 }
@@ -43,17 +50,35 @@ trap cleanup EXIT
 psql "$pg_admin" -qc "CREATE DATABASE $db"
 db_url="${pg_admin%/*}/$db"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-base="http://127.0.0.1:$port"
+read -r -a variants <<<"${VARIANTS:-service}"
+REPS=${REPS:-1}
 admin="bench-admin-$(date +%s)-token"
-env ${POOL:+DIRICHLET_DB_MAX_CONNECTIONS=$POOL} DIRICHLET_DATABASE_URL="$db_url" \
-  DIRICHLET_LISTEN="127.0.0.1:$port" DIRICHLET_ADMIN_TOKEN="$admin" "$BIN" >"$work/server.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 100); do
-  curl -sf "$base/readyz" >/dev/null && break
-  kill -0 "$pid" 2>/dev/null || { cat "$work/server.log"; echo "server exited" >&2; exit 1; }
-  sleep 0.2
+bases=()
+tokens=()
+# One server per variant, started one after the other (the first applies the migrations).
+for variant in "${variants[@]}"; do
+  name=${variant%%:*}
+  extra=()
+  [[ $variant == *:* ]] && [ -n "${variant#*:}" ] && IFS=, read -r -a extra <<<"${variant#*:}"
+  token=$TOKEN
+  for i in "${!extra[@]}"; do
+    [[ ${extra[$i]} == TOKEN=* ]] && { token=${extra[$i]#TOKEN=}; unset 'extra[i]'; }
+  done
+  extra=("${extra[@]}")
+  tokens+=("$token")
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  env ${POOL:+DIRICHLET_DB_MAX_CONNECTIONS=$POOL} DIRICHLET_DATABASE_URL="$db_url" \
+    DIRICHLET_LISTEN="127.0.0.1:$port" DIRICHLET_ADMIN_TOKEN="$admin" "${extra[@]}" "$BIN" \
+    >"$work/server-$name.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 1 100); do
+    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
+    kill -0 "${pids[-1]}" 2>/dev/null || { cat "$work/server-$name.log"; echo "server exited" >&2; exit 1; }
+    sleep 0.2
+  done
+  bases+=("http://127.0.0.1:$port")
 done
+base=${bases[0]}
 
 # 64 spread datasets and one hot one, each with a budget no run can exhaust: ε = 8000 at order 2,
 # 0.01 per release (800,000 releases per dataset).
@@ -65,13 +90,26 @@ for i in $(seq 1 65); do
 done
 hot=${ids[64]}
 spread=("${ids[@]:0:64}")
-if [ "$TOKEN" = analyst ]; then
-  scope=$(printf '"%s",' "${ids[@]}")
-  bearer=$(curl -sSf -X POST "$base/v1/tokens" -H "Authorization: Bearer $admin" \
-    -H 'Content-Type: application/json' -d "{\"datasets\": [${scope%,}]}" | jq -r .token)
-else
-  bearer=$admin
-fi
+# The bearer of each kind of token: an analyst token scoped to all 65 datasets, one more with an
+# allocation on each (ε = 4000 of the dataset's 8000: never exhausted, checked on every release).
+scope=$(printf '"%s",' "${ids[@]}")
+new_analyst() {
+  curl -sSf -X POST "$base/v1/tokens" -H "Authorization: Bearer $admin" \
+    -H 'Content-Type: application/json' -d "{\"datasets\": [${scope%,}]}"
+}
+declare -A bearers=([admin]=$admin)
+bearers[analyst]=$(new_analyst | jq -r .token)
+allocated=$(new_analyst)
+bearers[allocated]=$(jq -r .token <<<"$allocated")
+allocated_id=$(jq -r .id <<<"$allocated")
+for id in "${ids[@]}"; do
+  curl -sSf -X PUT "$base/v1/datasets/$id/allocations/$allocated_id" -H "Authorization: Bearer $admin" \
+    -H 'Content-Type: application/json' -d '{"epsilon": 4000}' >/dev/null
+done
+for token in "${tokens[@]}"; do
+  [ -n "${bearers[$token]:-}" ] || { echo "bench-e2e: unknown TOKEN $token" >&2; exit 1; }
+done
+bearer=${bearers[${tokens[0]}]}
 counts=$(python3 -c "print(','.join(str((i * 7919) % 97) for i in range($DIM)))")
 body="{\"counts\": [$counts], \"epsilon\": 0.01}"
 # One release by hand: it must succeed, and its stored mechanism record sizes the pgbench row.
@@ -80,8 +118,8 @@ mechanism=$(curl -sSf -X POST "$base/v1/datasets/$hot/releases" -H "Authorizatio
 
 # wrk script: $1 = dataset ids (space separated), $2 = per-request delay in ms (0 = none),
 # $3 = 1 to send a fresh Idempotency-Key with every request.
-wrk_lua() {
-  local list
+wrk_lua() { # ids delay keyed bearer
+  local list bearer=$4
   list=$(printf '"%s",' $1)
   cat <<LUA
 local ids = {${list%,}}
@@ -114,16 +152,24 @@ results="$OUT/results.jsonl"
 emit() { # name kind json
   local json
   json=$(jq -c --arg name "$1" --arg kind "$2" --arg load "$(load)" --argjson conns "$3" \
-    '. + {name: $name, kind: $kind, load1: ($load|tonumber), conns: $conns, dim: '"$DIM"'}' <<<"$4")
+    --argjson rep "$rep" \
+    '. + {name: $name, kind: $kind, rep: $rep, load1: ($load|tonumber), conns: $conns, dim: '"$DIM"'}' <<<"$4")
   echo "$json" >>"$results"
   jq -r '"\(.name)\t\(.kind)\t\(.conns)\t\(.rps|floor)\t\(.p50_ms)\t\(.p99_ms)\t\(.non2xx)\t\(.load1)"' <<<"$json"
 }
 
-run_wrk() { # name ids delay conns [keyed]
-  wrk_lua "$2" "$3" "${5:-0}" >"$work/$1.lua"
+run_wrk() { # name ids delay conns keyed variant-index
+  local name=$1 url=${bases[$6]}
+  [ ${#variants[@]} -gt 1 ] && name="$1@${variants[$6]%%:*}"
+  wrk_lua "$2" "$3" "$5" "${bearers[${tokens[$6]}]}" >"$work/$name.lua"
   local out
-  out=$(wrk -t2 -c"$4" -d"${DURATION}s" --timeout 10s -s "$work/$1.lua" "$base" | sed -n 's/^RESULT //p')
-  emit "$1" service "$4" "$out"
+  out=$(wrk -t2 -c"$4" -d"${DURATION}s" --timeout 10s -s "$work/$name.lua" "$url" | sed -n 's/^RESULT //p')
+  emit "$name" service "$4" "$out"
+}
+# Each service workload once per variant.
+each_variant() { # name ids delay conns keyed
+  local v
+  for v in "${!variants[@]}"; do run_wrk "$@" "$v"; done
 }
 
 # pgbench: the same schema, 65 datasets of its own (ids ...0001 to ...0065; 65 is hot).
@@ -193,61 +239,78 @@ pg_cte 'random(1, 64)' >"$work/cte_spread.sql"
 pg_cte 65 >"$work/cte_hot.sql"
 
 printf 'workload\tkind\tconns\treq/s\tp50 ms\tp99 ms\terrors\tload1\n'
-run_pgbench ceiling_txn_spread "$work/txn_spread.sql"
-run_pgbench ceiling_cte_spread "$work/cte_spread.sql"
-run_wrk service_spread "${spread[*]}" 0 "$CONNS"
-run_wrk service_spread_keyed "${spread[*]}" 0 "$CONNS" 1
-run_pgbench ceiling_txn_hot "$work/txn_hot.sql"
-run_pgbench ceiling_cte_hot "$work/cte_hot.sql"
-run_wrk service_hot "$hot" 0 "$CONNS"
-# The hot ceiling again with as many clients as the service has database connections: the
-# service queues its 64 HTTP connections in front of a pool of POOL, so at most POOL
-# transactions wait on the row lock, while 64 pgbench clients all do. Reported, not a target.
-run_pgbench ceiling_txn_hot_pool "$work/txn_hot.sql" "${POOL:-16}"
-# About half the measured maximum: each connection waits between requests so that CONNS
-# connections offer half the spread rate.
-max_rps=$(jq -s 'map(select(.name == "service_spread"))[0].rps' "$results")
-pause=$(python3 -c "print(max(1, round($CONNS * 1000 / ($max_rps / 2))))")
-run_wrk service_spread_half "${spread[*]}" "$pause" "$CONNS"
-hwm=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
-rejected=$(grep -c '"level":"ERROR"\|ERROR' "$work/server.log" || true)
+for rep in $(seq 1 "$REPS"); do
+  run_pgbench ceiling_txn_spread "$work/txn_spread.sql"
+  run_pgbench ceiling_cte_spread "$work/cte_spread.sql"
+  each_variant service_spread "${spread[*]}" 0 "$CONNS" 0
+  each_variant service_spread_keyed "${spread[*]}" 0 "$CONNS" 1
+  run_pgbench ceiling_txn_hot "$work/txn_hot.sql"
+  run_pgbench ceiling_cte_hot "$work/cte_hot.sql"
+  each_variant service_hot "$hot" 0 "$CONNS" 0
+  # The hot ceiling again with as many clients as the service has database connections: the
+  # service queues its 64 HTTP connections in front of a pool of POOL, so at most POOL
+  # transactions wait on the row lock, while 64 pgbench clients all do. Reported, not a target.
+  run_pgbench ceiling_txn_hot_pool "$work/txn_hot.sql" "${POOL:-16}"
+  # About half the measured maximum: each connection waits between requests so that CONNS
+  # connections offer half the spread rate (each variant's own).
+  for v in "${!variants[@]}"; do
+    spread_name=service_spread
+    [ ${#variants[@]} -gt 1 ] && spread_name="service_spread@${variants[$v]%%:*}"
+    max_rps=$(jq -s --arg n "$spread_name" --argjson rep "$rep" \
+      'map(select(.name == $n and .rep == $rep))[0].rps' "$results")
+    pause=$(python3 -c "print(max(1, round($CONNS * 1000 / ($max_rps / 2))))")
+    run_wrk service_spread_half "${spread[*]}" "$pause" "$CONNS" 0 "$v"
+  done
+done
+hwm=$(awk '/VmHWM/ {print $2}' "/proc/${pids[0]}/status")
 
 # Ratios and targets.
 python3 - "$results" "$short" "$hwm" "$OUT/results.md" <<'PY'
-import json, sys
+import json, statistics, sys
 path, short, hwm, md = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), sys.argv[4]
 rows = [json.loads(l) for l in open(path)]
-by = {r["name"]: r for r in rows}
-checks = []
-lines = ["| workload | kind | conns | req/s | p50 ms | p99 ms | errors | ×txn ceiling | ×CTE ceiling | load1 |",
-         "|---|---|---|---|---|---|---|---|---|---|"]
+by = {(r["rep"], r["name"]): r for r in rows}
+reps = sorted({r["rep"] for r in rows})
+variants = sorted({r["name"].split("@")[1] for r in rows if "@" in r["name"]},
+                  key=lambda v: next(i for i, r in enumerate(rows) if r["name"].endswith("@" + v)))
+suffixes = ["@" + v for v in variants] or [""]
+lines = ["| rep | workload | kind | conns | req/s | p50 ms | p99 ms | errors | ×txn ceiling | ×CTE ceiling | load1 |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     w = "hot" if "hot" in r["name"] else "spread"
-    rt = r["rps"] / by[f"ceiling_txn_{w}"]["rps"]
-    rc = r["rps"] / by[f"ceiling_cte_{w}"]["rps"]
+    rt = r["rps"] / by[(r["rep"], f"ceiling_txn_{w}")]["rps"]
+    rc = r["rps"] / by[(r["rep"], f"ceiling_cte_{w}")]["rps"]
     r["ratio_txn"], r["ratio_cte"] = round(rt, 3), round(rc, 3)
-    lines.append(f"| {r['name']} | {r['kind']} | {r['conns']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['non2xx'] + r.get('socket_errors', 0)} | {rt:.2f} | {rc:.2f} | {r['load1']} |")
+    lines.append(f"| {r['rep']} | {r['name']} | {r['kind']} | {r['conns']} | {r['rps']:.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['non2xx'] + r.get('socket_errors', 0)} | {rt:.2f} | {rc:.2f} | {r['load1']} |")
 lines.append(f"\nserver peak RSS (VmHWM) after the run: {hwm / 1024:.1f} MiB")
+for rep in reps:
+    pool = by.get((rep, "ceiling_txn_hot_pool"))
+    for sfx in suffixes:
+        hot = by[(rep, "service_hot" + sfx)]
+        lines.append(f"rep {rep}: service_hot{sfx} / ceiling_txn_hot_pool ({pool['conns']} pgbench clients, the service's pool size): {hot['rps'] / pool['rps']:.2f}")
+if len(variants) > 1:
+    base = variants[0]
+    lines.append(f"\nA/B, each variant's req/s over {base}'s in the same repetition (median over reps; each rep):")
+    for v in variants[1:]:
+        for w in ["service_spread", "service_spread_keyed", "service_hot"]:
+            ratios = [by[(rep, f"{w}@{v}")]["rps"] / by[(rep, f"{w}@{base}")]["rps"] for rep in reps]
+            lines.append(f"- {w}: {v} / {base} = {statistics.median(ratios):.2f} ({', '.join(f'{x:.2f}' for x in ratios)})")
 with open(path, "w") as f:
     for r in rows:
         f.write(json.dumps(r) + "\n")
     f.write(json.dumps({"name": "server_vmhwm_kib", "value": hwm}) + "\n")
 open(md, "w").write("\n".join(lines) + "\n")
-print("\nratio to ceiling (txn = 4-statement transaction, cte = the service's one statement):")
+print("\nratio to ceiling (txn = 4-statement transaction, cte = the minimal one-statement commit):")
 print("\n".join(lines))
-if "ceiling_txn_hot_pool" in by:
-    pool = by["ceiling_txn_hot_pool"]
-    ratio = by["service_hot"]["rps"] / pool["rps"]
-    note = (f"\nservice_hot / ceiling_txn_hot_pool ({pool['conns']} pgbench clients, the service's pool size): {ratio:.2f}")
-    print(note)
-    open(md, "a").write(note + "\n")
-s, h, half = by["service_spread"], by["service_hot"], by["service_spread_half"]
-checks = [
-    ("spread >= 0.7x ceiling", s["ratio_txn"] >= 0.7),
-    ("hot >= 0.5x ceiling", h["ratio_txn"] >= 0.5),
-    ("zero errors", all(r["non2xx"] + r.get("socket_errors", 0) == 0 for r in rows if r["kind"] == "service")),
-    ("p99 <= 25 ms at half load", half["p99_ms"] <= 25.0),
-]
+checks = []
+for sfx in suffixes:
+    med = lambda name, key: statistics.median(by[(rep, name + sfx)][key] for rep in reps)
+    checks += [
+        (f"spread{sfx} >= 0.7x ceiling (median over reps)", med("service_spread", "ratio_txn") >= 0.7),
+        (f"hot{sfx} >= 0.5x ceiling (median over reps)", med("service_hot", "ratio_txn") >= 0.5),
+        (f"p99 <= 25 ms at half load{sfx} (median over reps)", med("service_spread_half", "p99_ms") <= 25.0),
+    ]
+checks.append(("zero errors", all(r["non2xx"] + r.get("socket_errors", 0) == 0 for r in rows if r["kind"] == "service")))
 print()
 for name, ok in checks:
     print(f"{'met   ' if ok else 'MISSED'} {name}")
