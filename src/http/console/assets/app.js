@@ -58,6 +58,7 @@ function problemBox(error) {
   return h('div', { class: ['problem', kind], role: 'alert', 'data-status': p.status, 'data-type': p.type },
     h('p', { class: 'problem-title' }, h('span', { class: 'problem-icon', 'aria-hidden': 'true' }, '⚠ '), p.title),
     p.detail ? h('p', { class: 'problem-detail' }, p.detail) : null,
+    typeof p.body.field === 'string' ? h('p', { class: 'problem-field' }, 'Field: ', h('code', {}, p.body.field)) : null,
     ledgerRefusal(p),
     h('p', { class: 'problem-meta' }, p.status ? `HTTP ${p.status}` : 'no response', p.type ? ` · ${p.type}` : ''));
 }
