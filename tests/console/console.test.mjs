@@ -5,10 +5,12 @@
 // analyst token for two of them, preview and release twice (the spend chart moves), give analyst
 // tokens allocations on the named dataset (set, edit, remove, a 422 and a 404, the history),
 // release a table with named rows there (the dataset's cell names label the heat map, now and
-// from the stored release), do the README walkthrough's table step (a labelled table previewed
+// from the stored release), plan releases there (the rendered plan is the API's for the same
+// request, an unreachable target is explained, a 422 names the field, nothing is charged), do
+// the README walkthrough's table step (a labelled table previewed
 // row by row and released for one charge, drawn as a heat map), sort the datasets by remaining
 // budget, sign in as the analyst (by keyboard) and see only their datasets and their own
-// allocation, preview a release that does not fit, see a 409 refusal when another client spends
+// allocation (a plan is checked against it), preview a release that does not fit, see a 409 refusal when another client spends
 // the budget between preview and release, and a distinct 409 when the admin lowers the analyst's
 // allocation between preview and release.
 // Throughout: no request URL carries a token, nothing is written to localStorage or cookies,
@@ -33,6 +35,7 @@ let releaseKeys = [];
 const releaseBodies = [];
 const listQueries = [];
 const registrations = [];
+const planBodies = [];
 
 function step(name) {
   console.log(`  - ${name}`);
@@ -72,6 +75,7 @@ function watch(page) {
     }
     if (request.method() === 'GET' && /\/releases$/.test(path)) listQueries.push(new URL(url).search);
     if (request.method() === 'POST' && path === '/v1/datasets') registrations.push(request.postDataJSON());
+    if (request.method() === 'POST' && /\/plan$/.test(path)) planBodies.push(request.postDataJSON());
   });
   page.on('response', (response) => {
     const path = new URL(response.url()).pathname;
@@ -125,6 +129,67 @@ async function spend(page) {
   const chart = page.locator('svg.spend-chart');
   await chart.waitFor();
   return { points: Number(await chart.getAttribute('data-points')), spent: Number(await chart.getAttribute('data-spent')) };
+}
+
+/** A number as the console shows it (dom.js `num`). */
+function shown(x) {
+  if (x === 0) return '0';
+  if (Math.abs(x) < 1e-4 || Math.abs(x) >= 1e7) return x.toExponential(2).replace('e', '×10^').replace('+', '');
+  return Number(x.toPrecision(4)).toLocaleString('en', { maximumFractionDigits: 12 });
+}
+
+/** Fills the planner's item `i` (adding it if needed): only the fields given are touched. */
+async function planItem(section, i, { d, n, lowerBound, rows, mechanism, goal, value, confidence }) {
+  const items = section.locator('fieldset.plan-item');
+  if (await items.count() <= i) await section.getByRole('button', { name: 'Add an item' }).click();
+  const item = items.nth(i);
+  if (d !== undefined) await item.getByLabel('d (cells)').fill(String(d));
+  if (n !== undefined) await item.getByLabel('n (public total)').fill(String(n));
+  if (lowerBound !== undefined) await item.getByLabel('n is a public lower bound of the total').setChecked(lowerBound);
+  if (rows !== undefined) await item.getByLabel('Rows (a table)').fill(String(rows));
+  if (mechanism !== undefined) await item.getByLabel('Mechanism').selectOption(mechanism);
+  if (goal !== undefined) await item.getByLabel('Plan by').selectOption(goal);
+  if (value !== undefined) await item.getByLabel(/^(ε \(at λ = |ℓ2 error ≤|Cell sd ≤)/).fill(String(value));
+  if (confidence !== undefined) await item.getByLabel('Confidence').fill(String(confidence));
+  return item;
+}
+
+/** Submits the planner and checks what it shows against the API's answer to the request sent. */
+async function planAndCompare(page, section, token) {
+  const sentBefore = planBodies.length;
+  await section.getByRole('button', { name: 'Plan', exact: true }).click();
+  const totals = section.locator('dl.plan-totals');
+  await totals.waitFor();
+  assert.equal(planBodies.length, sentBefore + 1);
+  const request = planBodies[planBodies.length - 1];
+  const datasetId = new URL(page.url()).hash.split('/').pop();
+  const live = await api('POST', `/v1/datasets/${datasetId}/plan`, token, request);
+  assert.equal(live.status, 200, JSON.stringify(live.body));
+  const answer = live.body;
+  const rows = section.locator('table.plan-results tbody tr');
+  assert.equal(await rows.count(), answer.items.length);
+  for (const [i, item] of answer.items.entries()) {
+    const row = rows.nth(i);
+    assert.equal(await row.getAttribute('data-status'), item.status, `item ${i}'s status`);
+    assert.match(await row.locator('td.mechanism').textContent(), new RegExp(`^${item.mechanism}`), `item ${i}'s mechanism`);
+    if (item.status === 'planned') {
+      assert.equal(Number(await row.locator('td.epsilon').getAttribute('data-value')), item.epsilon, `item ${i}'s ε`);
+      assert.equal(await row.locator('td.epsilon').textContent(), shown(item.epsilon), `item ${i}'s ε as shown`);
+      assert.equal(await row.locator('td.cost').textContent(), shown(item.cost), `item ${i}'s cost as shown`);
+      const f = item.forecast;
+      assert.equal(await row.locator('td.forecast').textContent(), `ℓ2 ≤ ${shown(f.l2)} (p ${shown(f.confidence)}), cell sd ≤ ${shown(f.cell_sd)}`);
+    } else {
+      assert.equal(await row.locator('td.epsilon').textContent(), '—');
+      assert.match(await row.locator('td.forecast').textContent(), /Unreachable/);
+    }
+  }
+  assert.equal(await totals.getAttribute('data-fits'), String(answer.fits));
+  assert.equal(Number(await totals.locator('dd.total-cost').getAttribute('data-value')), answer.total_cost);
+  assert.equal(await totals.locator('dd.total-cost').textContent(), `ε ${shown(answer.total_cost)} at order λ = ${shown(answer.order)}`);
+  assert.equal(Number(await totals.locator('dd.remaining').getAttribute('data-value')), answer.remaining);
+  assert.ok((await totals.locator('dd.remaining').textContent()).startsWith(`${shown(answer.remaining)} (`));
+  assert.match(await totals.locator('dd.fits').textContent(), answer.fits ? /^✓ Yes/ : /^✗ No/);
+  return { request, answer };
 }
 
 async function previewAndRelease(page, counts, epsilon) {
@@ -395,6 +460,64 @@ try {
   assert.deepEqual(await axisLabels(heatNamed, 'row-label'), ['0-17', '18-64', '65+']);
   await page.locator('.output').screenshot({ path: `${OUT}/named-output.png` });
 
+  step('plan before spending: the planner shows what the API answers, and charges nothing');
+  const planSection = page.locator('section.plan-section');
+  await assertLabelled(page, 'the planner');
+  assert.match(await planSection.locator('.plan-form > .hint').textContent(), /n must be a public figure.*never read off the private counts.*charges nothing/s);
+  assert.equal(await planSection.locator('fieldset.plan-item').count(), 1);
+  const firstItem = planSection.locator('fieldset.plan-item').first();
+  assert.equal(await firstItem.getByLabel('d (cells)').inputValue(), '6', "d defaults to the dataset's named cells");
+  // The mechanisms offered are "auto" and those the live description allows.
+  const description = await (await fetch(`${BASE}/openapi.yaml`)).text();
+  const planEnum = /\n {4}PlanItem:\n[\s\S]*?\n {8}mechanism:\n[\s\S]*?enum:\n((?: {10}- \w+\n)+)/.exec(description);
+  assert.ok(planEnum, 'the PlanItem mechanism enum in openapi.yaml');
+  assert.deepEqual(await firstItem.getByLabel('Mechanism').locator('option').evaluateAll((os) => os.map((o) => o.value)),
+    planEnum[1].trim().split('\n').map((line) => line.replace(/^\s*- /, '')));
+  const ledgerBeforePlans = (await api('GET', `/v1/datasets/${clinicId}/budget`, ADMIN)).body;
+  assert.ok(ledgerBeforePlans.spent > 0, 'planning on a dataset that has spent something');
+  await planItem(planSection, 0, { n: 5000, goal: 'l2', value: 0.05 });
+  await planItem(planSection, 1, { rows: 3, n: 50, lowerBound: true, mechanism: 'dirichlet', value: 0.1 });
+  await assertLabelled(page, 'the planner with two items');
+  let plan = await planAndCompare(page, planSection, ADMIN);
+  assert.deepEqual(plan.request, { items: [
+    { d: 6, mechanism: 'auto', n: 5000, target: { l2: 0.05, confidence: 0.95 } },
+    { d: 6, rows: 3, mechanism: 'dirichlet', n_lower_bound: 50, epsilon: 0.1 },
+  ] }, 'the form sends what was filled in');
+  assert.equal(plan.answer.items[0].status, 'planned', 'the target is reachable under auto');
+  assert.ok(Math.abs(plan.answer.items[1].epsilon - 0.1) < 1e-9, 'the ε given, on the ledger grid');
+  assert.equal(plan.answer.fits, true);
+  assert.equal(plan.answer.remaining, ledgerBeforePlans.remaining, "the admin's plan is checked against the dataset's remaining budget");
+  // A target the mechanism asked for cannot reach (posterior's r is fixed, so more ε stops buying
+  // accuracy): the item says how close it gets and what total would do, and the list does not fit.
+  await planItem(planSection, 2, { n: 20, mechanism: 'posterior', goal: 'cell_sd', value: 0.01 });
+  plan = await planAndCompare(page, planSection, ADMIN);
+  assert.equal(plan.answer.items[2].status, 'unreachable');
+  assert.equal(plan.answer.fits, false);
+  const unreachable = planSection.locator('table.plan-results tbody tr[data-item="2"] .unreachable');
+  const { shortfall } = plan.answer.items[2];
+  assert.equal(await unreachable.textContent(), `✗ Unreachable. Even at ε ${shown(shortfall.max_epsilon)}, posterior reaches only `
+    + `ℓ2 ≤ ${shown(shortfall.best.l2)} (p ${shown(shortfall.best.confidence)}), cell sd ≤ ${shown(shortfall.best.cell_sd)}; `
+    + `a public total of ${shown(shortfall.min_n)} or more would reach the target.`);
+  assert.match(await planSection.locator('dd.fits').textContent(), /No — 1 item is unreachable/);
+  await assertNoStrayText(page, 'a plan with an unreachable item');
+  await planSection.screenshot({ path: `${OUT}/planner.png` });
+  // An invalid item: the service's 422 names the field, and the control at fault is marked.
+  await planSection.getByRole('button', { name: 'Remove item 3' }).click();
+  assert.equal(await planSection.locator('fieldset.plan-item').count(), 2);
+  await planItem(planSection, 1, { d: 1 });
+  await planSection.getByRole('button', { name: 'Plan', exact: true }).click();
+  problem = planSection.locator('.problem[data-status="422"]');
+  await problem.waitFor();
+  assert.match(await problem.locator('.problem-title').textContent(), /Invalid request/);
+  assert.match(await problem.locator('.problem-detail').textContent(), /at least 2/);
+  assert.equal(await problem.locator('.problem-field').textContent(), 'Field: items[1].d');
+  const badD = planSection.locator('fieldset.plan-item').nth(1).getByLabel('d (cells)');
+  assert.equal(await badD.getAttribute('aria-invalid'), 'true');
+  assert.ok(await badD.evaluate((el) => el === document.activeElement), 'the control at fault has the focus');
+  assert.equal(await planSection.locator('table.plan-results').count(), 0);
+  assert.deepEqual((await api('GET', `/v1/datasets/${clinicId}/budget`, ADMIN)).body, ledgerBeforePlans, 'planning charged nothing');
+  assert.ok(Math.abs((await spend(page)).spent - ledgerBeforePlans.spent) < 1e-9, 'the spend chart did not move');
+
   step("the README walkthrough's table step by clicking: a labelled table, one charge, a heat map");
   await page.getByRole('link', { name: 'Register dataset' }).click();
   await page.getByLabel('Name', { exact: true }).fill('visits per diagnosis by age band');
@@ -558,11 +681,21 @@ try {
   assert.equal(await own.locator('form, button').count(), 0, 'an analyst cannot edit allocations');
   assert.equal(await own.locator('table.allocation-changes tbody tr').count(), 2, "the analyst's own changes only");
   assert.match(await page.locator('.budget-slot .budget-summary .allocation-line').textContent(), /0 of your 0\.25 allocation spent/);
+  // The analyst's plan is checked against their allocation, not the dataset's remaining budget.
+  const analystPlanSection = page.locator('section.plan-section');
+  await planItem(analystPlanSection, 0, { n: 200, value: 0.3 });
+  const analystPlan = await planAndCompare(page, analystPlanSection, analyst);
+  assert.equal(analystPlan.answer.remaining, 0.25);
+  assert.equal(analystPlan.answer.fits, false);
+  assert.match(await analystPlanSection.locator('dd.remaining').textContent(), /or less under your allocation/);
+  assert.match(await analystPlanSection.locator('dd.fits').textContent(), /No — the total exceeds the 0\.25 that remains/);
   preview = await previewAndRelease(page, '30, 12, 5, 0, 3, 1', 0.2);
   assert.equal(await preview.getAttribute('data-admissible'), 'true');
   assert.match(await preview.locator('.allocation-after').textContent(), /Yes — 0\.05 of your 0\.25 would remain after it/);
   await page.getByRole('button', { name: /Release \(spends ε 0\.2\)/ }).click();
   await page.getByText(/Released #2: charged ε 0\.2/).waitFor();
+  await analystPlanSection.getByText('A release spent budget since this plan; plan again to see what remains.').waitFor();
+  assert.equal(await analystPlanSection.locator('dl.plan-totals').count(), 0, 'a plan made before a release is not left to mislead');
   const namedBars = page.locator('svg.bar-chart[data-cells="6"]');
   await namedBars.waitFor();
   assert.deepEqual(await axisLabels(namedBars), cellNames, "the dataset's cell names label the bars");

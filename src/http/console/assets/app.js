@@ -1,7 +1,7 @@
 // The console: a hash-routed single page over the public API (see api.js for the token rules).
 //   #/                   datasets
-//   #/datasets/<id>      one dataset: spend over time, allocations, preview and release,
-//                        releases, outputs
+//   #/datasets/<id>      one dataset: spend over time, allocations, plan, preview and
+//                        release, releases, outputs
 //   #/new-dataset        register a dataset (admin)
 //   #/new-token          create an analyst token (admin)
 
@@ -58,6 +58,7 @@ function problemBox(error) {
   return h('div', { class: ['problem', kind], role: 'alert', 'data-status': p.status, 'data-type': p.type },
     h('p', { class: 'problem-title' }, h('span', { class: 'problem-icon', 'aria-hidden': 'true' }, '⚠ '), p.title),
     p.detail ? h('p', { class: 'problem-detail' }, p.detail) : null,
+    typeof p.body.field === 'string' ? h('p', { class: 'problem-field' }, 'Field: ', h('code', {}, p.body.field)) : null,
     ledgerRefusal(p),
     h('p', { class: 'problem-meta' }, p.status ? `HTTP ${p.status}` : 'no response', p.type ? ` · ${p.type}` : ''));
 }
@@ -777,6 +778,181 @@ function allocationsPanel(dataset) {
   return { element, reload };
 }
 
+// ------------------------------------------------------------------ planning
+
+/** What a plan item's `mechanism` may be, besides "auto" (openapi.yaml, PlanItem). */
+const PLAN_MECHANISMS = ['dirichlet', 'posterior', 'diffuse', 'explicit', 'gaussian', 'laplace', 'exponential'];
+/** The mechanisms' own fields a plan item takes here (one number each), by mechanism. */
+const PLAN_EXTRAS = { dirichlet: ['prior'], posterior: ['r'], diffuse: ['alpha'], explicit: ['r', 'alpha'] };
+const EXTRA_LABELS = { prior: 'Prior a₀', r: 'r', alpha: 'α (every cell)' };
+const GOALS = { epsilon: 'ε', l2: 'ℓ2 error', cell_sd: 'per-cell sd' };
+
+/** A number input's value, or undefined when empty (JSON.stringify then leaves the key out). */
+const numberOf = (input) => (input.value.trim() === '' ? undefined : Number(input.value));
+
+/** One planned release in the form: its controls, its request item, and its invalid mark. */
+function planItem(dataset, onRemove) {
+  const d = numberInput({ min: 2, step: 1, value: dataset.cells ? String(dataset.cells.length) : '' });
+  const n = numberInput({ min: 0 });
+  const lower = h('input', { type: 'checkbox', id: id('lower') });
+  const rows = numberInput({ min: 1, step: 1, placeholder: 'optional' });
+  const mechanism = h('select', {}, h('option', { value: 'auto' }, 'auto'),
+    PLAN_MECHANISMS.map((k) => h('option', { value: k }, k)));
+  const extras = { prior: numberInput({ min: 0, placeholder: 'optional' }), r: numberInput({ min: 0 }), alpha: numberInput({ min: 0 }) };
+  const extraFields = Object.fromEntries(Object.entries(extras).map(([k, input]) => [k, field(EXTRA_LABELS[k], input)]));
+  const goal = h('select', {}, Object.entries(GOALS).map(([k, label]) => h('option', { value: k }, label)));
+  const value = numberInput({ min: 0 });
+  const valueField = field('ε', value);
+  const confidence = numberInput({ min: 0.5, max: 0.999999, value: '0.95' });
+  const confidenceField = field('Confidence', confidence);
+  const legend = h('legend');
+  const remove = h('button', { type: 'button', class: 'secondary small danger' }, 'Remove');
+  const element = h('fieldset', { class: 'plan-item' }, legend,
+    h('div', { class: 'field-row' },
+      field('d (cells)', d), field('n (public total)', n), field('Rows (a table)', rows),
+      field('Mechanism', mechanism), Object.values(extraFields),
+      field('Plan by', goal), valueField, confidenceField),
+    h('div', { class: 'actions' }, h('div', { class: 'check' }, lower, h('label', { for: lower.id }, 'n is a public lower bound of the total')), remove));
+  const sync = () => {
+    for (const [k, f] of Object.entries(extraFields)) f.hidden = !(PLAN_EXTRAS[mechanism.value] ?? []).includes(k);
+    valueField.querySelector('label').textContent = goal.value === 'epsilon' ? `ε (at λ = ${num(dataset.budget.order)})` : goal.value === 'l2' ? 'ℓ2 error ≤' : 'Cell sd ≤';
+    confidenceField.hidden = goal.value !== 'l2';
+  };
+  mechanism.addEventListener('change', sync);
+  goal.addEventListener('change', sync);
+  remove.addEventListener('click', () => onRemove(item));
+  sync();
+  const controls = {
+    d, n, n_lower_bound: n, rows, mechanism, epsilon: value, target: value, 'target.l2': value,
+    'target.cell_sd': value, 'target.confidence': confidence, ...extras,
+  };
+  const item = {
+    element,
+    number(i, count) {
+      legend.textContent = `Item ${i + 1}`;
+      remove.setAttribute('aria-label', `Remove item ${i + 1}`);
+      remove.disabled = count === 1;
+    },
+    body() {
+      const body = { d: numberOf(d), rows: numberOf(rows), mechanism: mechanism.value };
+      body[lower.checked ? 'n_lower_bound' : 'n'] = numberOf(n);
+      for (const k of PLAN_EXTRAS[mechanism.value] ?? []) body[k] = numberOf(extras[k]);
+      if (goal.value === 'epsilon') body.epsilon = numberOf(value);
+      else body.target = goal.value === 'l2' ? { l2: numberOf(value), confidence: numberOf(confidence) } : { cell_sd: numberOf(value) };
+      return body;
+    },
+    /** Marks the control of `field` (an item's field, e.g. `target.l2`) invalid; null clears. */
+    mark(fieldName) {
+      for (const control of element.querySelectorAll('[aria-invalid]')) control.removeAttribute('aria-invalid');
+      const control = controls[fieldName] ?? (fieldName ? controls[fieldName.split('.')[0]] : null);
+      if (control) control.setAttribute('aria-invalid', 'true');
+      return control;
+    },
+  };
+  return item;
+}
+
+const forecastText = (f) => (f ? `ℓ2 ≤ ${num(f.l2)} (p ${num(f.confidence)}), cell sd ≤ ${num(f.cell_sd)}` : '—');
+
+/** Why an item is out of reach and what would reach it (or why no mechanism applies). */
+function unreachableText(item) {
+  const s = item.shortfall;
+  const reasons = item.candidates.filter((c) => c.reason).map((c) => `${c.mechanism}: ${c.reason}`);
+  return h('span', { class: 'unreachable' }, h('strong', {}, '✗ Unreachable. '),
+    s ? [`Even at ε ${num(s.max_epsilon)}, ${item.mechanism ?? 'the closest mechanism'} reaches only ${forecastText(s.best)}; `,
+      s.min_n != null ? `a public total of ${num(s.min_n)} or more would reach the target.` : 'no public total up to 2⁵³ would reach it.']
+      : `No mechanism applies${reasons.length ? ` (${reasons.join('; ')})` : ''}.`);
+}
+
+/** A plan's answer: one row per item, then the totals against what the caller may spend. */
+function planAnswer(answer, sent) {
+  const rows = answer.items.map((it, i) => {
+    const s = sent[i];
+    const planned = it.status === 'planned';
+    return h('tr', { 'data-item': i, 'data-status': it.status },
+      h('th', { scope: 'row' }, String(i + 1)),
+      h('td', {}, `${s.rows ? `${s.rows} rows × ` : ''}${s.d} cells, n ${s.n_lower_bound !== undefined ? '≥' : '='} ${num(s.n ?? s.n_lower_bound)}`),
+      h('td', { class: 'mechanism' }, it.mechanism ?? '—', planned ? null : h('span', { class: 'muted' }, ' (closest)')),
+      h('td', { class: 'num epsilon', 'data-value': it.epsilon }, planned ? num(it.epsilon) : '—'),
+      h('td', { class: 'num cost', 'data-value': it.cost }, planned ? num(it.cost) : '—'),
+      h('td', { class: 'params' }, planned ? mechanismParameters(it.parameters) : ''),
+      h('td', { class: 'forecast' }, planned ? forecastText(it.forecast) : unreachableText(it)));
+  });
+  const fits = answer.fits === true;
+  const why = answer.unreachable ? `${answer.unreachable} item${answer.unreachable === 1 ? ' is' : 's are'} unreachable`
+    : `the total exceeds the ${num(answer.remaining)} that remains`;
+  const analyst = session()?.role === 'analyst';
+  return h('div', { class: 'plan-answer' },
+    h('div', { class: 'table-scroll' }, h('table', { class: 'plan-results' },
+      h('caption', {}, `The plan at λ = ${num(answer.order)}: nothing was charged`),
+      h('thead', {}, h('tr', {}, ['#', 'Item', 'Mechanism', 'ε to ask for', 'Cost', 'Parameters', 'Forecast (worst case)'].map((c) => h('th', { scope: 'col' }, c)))),
+      h('tbody', {}, rows))),
+    h('dl', { class: 'plan-totals', 'data-fits': String(fits) },
+      h('dt', {}, 'Total cost'), h('dd', { class: 'total-cost', 'data-value': answer.total_cost }, `ε ${num(answer.total_cost)} at order λ = ${num(answer.order)}`),
+      h('dt', {}, 'You may still spend'), h('dd', { class: 'remaining', 'data-value': answer.remaining }, num(answer.remaining),
+        h('span', { class: 'muted' }, analyst ? " (the dataset's remaining budget, or less under your allocation)" : " (the dataset's remaining budget)")),
+      h('dt', {}, 'Fits'), h('dd', { class: ['fits', fits ? 'yes' : 'no'] }, h('span', { 'aria-hidden': 'true' }, fits ? '✓ ' : '✗ '),
+        fits ? `Yes — ${num(answer.remaining - answer.total_cost)} would remain after these releases` : `No — ${why}`),
+      h('dt', {}, 'Share of what remains'), h('dd', {}, budgetBar(answer.total_cost, answer.remaining, 'The plan against what you may still spend'))));
+}
+
+/**
+ * The dataset page's "Plan" section: planned releases (shape, a public total, a mechanism or
+ * auto, ε or an accuracy target) sent to POST /plan; the answer per item and for the list.
+ */
+function planPanel(dataset) {
+  const list = h('div', { class: 'plan-items' });
+  const result = h('div', { class: 'plan-result', 'aria-live': 'polite' });
+  const items = [];
+  const renumber = () => items.forEach((it, i) => it.number(i, items.length));
+  const add = () => {
+    const item = planItem(dataset, (gone) => {
+      items.splice(items.indexOf(gone), 1);
+      gone.element.remove();
+      renumber();
+      items[0].element.querySelector('input').focus();
+    });
+    items.push(item);
+    list.append(item.element);
+    renumber();
+    return item;
+  };
+  add();
+  const addButton = h('button', { type: 'button', class: 'secondary' }, 'Add an item');
+  addButton.addEventListener('click', () => add().element.querySelector('input').focus());
+  const planButton = h('button', { type: 'submit' }, 'Plan');
+  const form = h('form', { class: 'plan-form', method: 'post', novalidate: true },
+    h('p', { class: 'hint' }, 'Which mechanism and which ε reach the accuracy you need, and what the list would cost, before spending anything. ',
+      h('strong', {}, 'n must be a public figure'), ' (a design total, a published figure, or a public floor with “lower bound”), never read off the private counts: choosing ε from them would itself leak. No counts are sent and planning charges nothing.'),
+    list, h('div', { class: 'actions' }, addButton, planButton), result);
+  form.addEventListener('submit', async (event) => {
+    event.preventDefault();
+    clear(result);
+    for (const it of items) it.mark(null);
+    const sent = items.map((it) => it.body());
+    busy(planButton, true);
+    try {
+      const answer = await call('POST', `/v1/datasets/${encodeURIComponent(dataset.id)}/plan`, { body: { items: sent } });
+      result.append(planAnswer(answer, sent));
+      announce(`Planned: total cost ε ${num(answer.total_cost)}; ${answer.fits ? 'it fits' : 'it does not fit'}. Nothing was charged.`);
+    } catch (error) {
+      result.append(problemBox(error));
+      // items[2].target.l2: mark the control at fault in the item it names.
+      const at = /^items\[(\d+)\]\.(.+)$/.exec(error?.body?.field ?? '');
+      if (at && items[Number(at[1])]) items[Number(at[1])].mark(at[2])?.focus();
+    } finally {
+      busy(planButton, false);
+    }
+  });
+  const element = section('Plan', form);
+  element.classList.add('plan-section');
+  // After a release the plan's "remaining" and "fits" are out of date: say so instead.
+  const stale = () => {
+    if (result.querySelector('.plan-answer')) clear(result).append(h('p', { class: 'muted' }, 'A release spent budget since this plan; plan again to see what remains.'));
+  };
+  return { element, stale };
+}
+
 /** A dataset's cell names, in order (the first 60; every chart's numbers list them all). */
 function cellNames(cells) {
   const shown = cells.slice(0, 60);
@@ -797,6 +973,7 @@ async function renderDataset(datasetId) {
   let page = 0;
 
   const allocations = allocationsPanel(dataset);
+  const plan = planPanel(dataset);
   // Cell names are fixed at registration: a listing page's `cells` are the dataset's.
   let pageCells = dataset.cells ?? null;
 
@@ -858,7 +1035,10 @@ async function renderDataset(datasetId) {
     page = 0;
     cursors.length = 1;
     await Promise.all([loadLedger(), loadPage(), allocations.reload()]);
-    if (release) showOutput(release, names);
+    if (release) {
+      plan.stale();
+      showOutput(release, names);
+    }
   });
 
   clear(main).append(
@@ -872,6 +1052,7 @@ async function renderDataset(datasetId) {
     budgetSlot,
     section('Spend over time', chartSlot),
     allocations.element,
+    plan.element,
     section('Preview and release', form),
     section('Releases', tableSlot, outputSlot));
   // The spend chart's history is summaries (no outputs): the newest output is the page's.
