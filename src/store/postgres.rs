@@ -13,8 +13,8 @@ use sqlx::{Connection, FromRow, PgConnection, Row};
 use uuid::Uuid;
 
 use super::codec::{
-    self, committed_release, output_columns, BudgetColumns, DatasetColumns, ReleaseColumns,
-    ReleaseSummaryColumns, SummaryColumns, DATASET_COLUMNS, RELEASE_SUMMARY_COLUMNS,
+    self, committed_release, output_columns, DatasetColumns, ReleaseColumns, ReleaseSummaryColumns,
+    SummaryColumns, DATASET_COLUMNS, RELEASE_SUMMARY_COLUMNS,
 };
 use super::{store_error, StoreOptions};
 use crate::access::{Role, TokenRecord};
@@ -344,18 +344,8 @@ async fn commit_alone(
         .fetch_optional(&mut *conn)
         .await;
     drop(conn);
-    let get = |e| store_error(CONTEXT, e);
     match result {
-        Ok(Some(row)) => match row.try_get::<Option<i64>, _>("seq").map_err(get)? {
-            Some(seq) => Ok(Answer::Committed {
-                budget: BudgetColumns::from_row(&row).map_err(get)?.try_into()?,
-                seq,
-                created_at: row.try_get("created_at").map_err(get)?,
-            }),
-            None => Ok(Answer::Refused {
-                allocation: group::allocation_columns(&row)?,
-            }),
-        },
+        Ok(Some(row)) => group::decode(&row),
         Ok(None) => Err(StoreError::Internal(format!(
             "{CONTEXT}: the statement answered no row"
         ))),

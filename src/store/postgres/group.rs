@@ -339,28 +339,33 @@ fn clone_error(e: &sqlx::Error) -> sqlx::Error {
 }
 
 fn member_answer(row: &PgRow, member: Member) -> Result<Answer, StoreError> {
-    let get = |e| store_error("commit_release", e);
-    if !row.try_get::<bool, _>("attempted").map_err(get)? {
+    if !row
+        .try_get::<bool, _>("attempted")
+        .map_err(|e| store_error("commit_release", e))?
+    {
         return Ok(Answer::Alone(Box::new(member)));
     }
+    decode(row)
+}
+
+/// A commit's answer row, as both statements name its columns: committed when it has a `seq`,
+/// else refused, with the caller's allocation as the statement read it under the row's lock.
+pub(super) fn decode(row: &PgRow) -> Result<Answer, StoreError> {
+    let get = |e| store_error("commit_release", e);
     match row.try_get::<Option<i64>, _>("seq").map_err(get)? {
         Some(seq) => Ok(Answer::Committed {
             budget: BudgetColumns::from_row(row).map_err(get)?.try_into()?,
             seq,
             created_at: row.try_get("created_at").map_err(get)?,
         }),
-        None => Ok(Answer::Refused {
-            allocation: allocation_columns(row)?,
-        }),
+        None => {
+            let total: Option<i64> = row.try_get("allocation_units").map_err(get)?;
+            let spent: Option<i64> = row.try_get("allocation_spent_units").map_err(get)?;
+            Ok(Answer::Refused {
+                allocation: total.map(|total| (total, spent.unwrap_or(0))),
+            })
+        }
     }
-}
-
-/// The allocation columns of a commit's answer row (both statements name them alike).
-pub(super) fn allocation_columns(row: &PgRow) -> Result<Option<(i64, i64)>, StoreError> {
-    let get = |e| store_error("commit_release", e);
-    let total: Option<i64> = row.try_get("allocation_units").map_err(get)?;
-    let spent: Option<i64> = row.try_get("allocation_spent_units").map_err(get)?;
-    Ok(total.map(|total| (total, spent.unwrap_or(0))))
 }
 
 /// The group's statement: `COMMIT_RELEASE` (see there) for many members at once, one member per
