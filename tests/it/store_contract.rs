@@ -2136,10 +2136,12 @@ async fn one_slot(url: &str) -> Arc<dyn LedgerStore> {
 
 /// Many releases over many datasets at once, through one commit slot, with budgets and an
 /// allocation that run out: every member of every group meets the same rules as a release
-/// alone. Each dataset admits exactly what its budget holds, with seqs 1..k and a release log
-/// that verifies; the allocated token stops exactly at its allocation; keyed releases (which
-/// commit alone) interleave; and groups did form (releases of one transaction share
-/// `created_at`, the transaction's time), or the test would prove nothing about them.
+/// alone. Each dataset admits exactly what its budget holds, with seqs 1..k, each release's
+/// `spent_after` what the releases before it were charged, and a release log that verifies; the
+/// allocated token stops exactly at its allocation; keyed releases (which commit alone)
+/// interleave; and groups did form, with several releases of one dataset in one of them
+/// (releases of one transaction share `created_at`, the transaction's time), or the test would
+/// prove nothing about them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grouped_releases_keep_every_rule_postgres() {
     const DATASETS: usize = 12;
@@ -2216,6 +2218,7 @@ async fn grouped_releases_keep_every_rule_postgres() {
         }
     }
     let mut created_at = BTreeSet::new();
+    let mut shared_in_a_dataset = false;
     let mut total_committed = 0;
     for (i, d) in datasets.iter().enumerate() {
         let capacity = (i + 2) as i64;
@@ -2249,7 +2252,13 @@ async fn grouped_releases_keep_every_rule_postgres() {
             listed.iter().map(|r| r.seq).collect::<Vec<_>>(),
             (1..=after.releases).rev().collect::<Vec<_>>()
         );
-        created_at.extend(listed.iter().map(|r| r.created_at));
+        // Every release was charged after the ones before it, as if each had committed alone.
+        for r in &listed {
+            assert_eq!(r.spent_after.raw(), r.seq * charge.raw(), "dataset {i}");
+        }
+        let own: BTreeSet<_> = listed.iter().map(|r| r.created_at).collect();
+        shared_in_a_dataset |= own.len() < listed.len();
+        created_at.extend(own);
         total_committed += listed.len();
         let verdict = verify_log(&*store, d.id, 7).await;
         assert_eq!(
@@ -2262,6 +2271,109 @@ async fn grouped_releases_keep_every_rule_postgres() {
     assert!(
         created_at.len() < total_committed,
         "no two releases shared a transaction: no group formed ({total_committed} releases)"
+    );
+    assert!(
+        shared_in_a_dataset,
+        "no group held two releases of one dataset"
+    );
+}
+
+/// One hot dataset, releases of two sizes from two tokens (one with an allocation) arriving at
+/// once through one slot: its releases share transactions, and each is admitted exactly as if
+/// they had committed one after another. Seqs run 1..k, each `spent_after` is the sum of the
+/// charges up to it, the allocation is never exceeded, the log verifies, and nothing refused would
+/// fit what is left (a refusal was never caused by a member that was itself refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_dataset_commits_in_order_in_groups_postgres() {
+    let url = pg::fresh_database().await;
+    let store = one_slot(&url).await;
+    let (small, large) = (cost(0.125), cost(0.375));
+    let d = store
+        .create_dataset(&new_dataset("hot", 9.0))
+        .await
+        .unwrap();
+    analyst_token(&*store, "tok_alloc", &[d.id]).await;
+    analyst_token(&*store, "tok_free", &[d.id]).await;
+    let at = Utc::now().trunc_subsecs(6);
+    store
+        .set_allocation(d.id, "tok_alloc", Some(cost(1.5)), "admin", at)
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..48)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            let token = if i % 3 == 0 { "tok_alloc" } else { "tok_free" };
+            let charge = if i % 4 < 2 { small } else { large };
+            let new = by(token, d.id, charge);
+            tokio::spawn(async move {
+                let outcome = store.commit_release(&new).await;
+                (new.id, token, charge, outcome)
+            })
+        })
+        .collect();
+    let mut charged = std::collections::HashMap::new();
+    let mut refused_by_budget = Vec::new();
+    let mut refused_by_allocation = Vec::new();
+    for task in tasks {
+        let (id, token, charge, outcome) = task.await.unwrap();
+        match outcome.expect("no commit fails") {
+            CommitOutcome::Committed { release, budget } => {
+                assert_eq!(release.spent_after, budget.spent);
+                charged.insert(id, (token, charge));
+            }
+            CommitOutcome::Exhausted { budget } => {
+                assert!(!budget.admits(charge));
+                refused_by_budget.push(charge);
+            }
+            CommitOutcome::AllocationExhausted { allocation, .. } => {
+                assert_eq!(token, "tok_alloc");
+                assert!(!allocation.admits(charge));
+                refused_by_allocation.push(charge);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let after = dataset(&*store, d.id).await;
+    let listed = store.list_releases(d.id, None, 100).await.unwrap();
+    assert_eq!(listed.len(), charged.len());
+    assert_eq!(after.releases, listed.len() as i64);
+    let mut running = 0;
+    let mut by_alloc = 0;
+    for r in listed.iter().rev() {
+        let (token, charge) = charged[&r.id];
+        running += charge.raw();
+        assert_eq!(r.spent_after.raw(), running, "seq {}", r.seq);
+        if token == "tok_alloc" {
+            by_alloc += charge.raw();
+        }
+    }
+    assert_eq!(
+        listed.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (1..=after.releases).rev().collect::<Vec<_>>()
+    );
+    assert_eq!(after.spent.raw(), running);
+    assert!(by_alloc <= cost(1.5).raw());
+    let allocation = store
+        .list_allocations(d.id, Some("tok_alloc"))
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(allocation.spent.raw(), by_alloc);
+    // The budget ran out (48 releases ask for 12 of 9), and so did the allocation (16 ask for 4
+    // of 1.5): whatever either refused would not fit now.
+    assert!(!refused_by_budget.is_empty() && !refused_by_allocation.is_empty());
+    let left = after.total.raw() - after.spent.raw();
+    assert!(refused_by_budget.iter().all(|c| c.raw() > left));
+    for c in &refused_by_allocation {
+        assert!(by_alloc + c.raw() > cost(1.5).raw());
+    }
+    let verdict = verify_log(&*store, d.id, 9).await;
+    assert_eq!((verdict.checked, verdict.failure), (after.releases, None));
+    let distinct: BTreeSet<_> = listed.iter().map(|r| r.created_at).collect();
+    assert!(
+        distinct.len() < listed.len(),
+        "every release of the hot dataset had a transaction of its own"
     );
 }
 

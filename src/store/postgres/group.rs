@@ -1,31 +1,33 @@
-//! Group commit: keyless releases of different datasets that arrive while the database is busy
-//! commit together, in one statement and one transaction.
+//! Group commit: keyless releases that arrive while the database is busy commit together, in
+//! one statement and one transaction.
 //!
 //! Why: on PostgreSQL a release's commit is dominated by what every statement and transaction
 //! costs whatever it does (a round trip, executor start-up, the commit record and its WAL
-//! flush), not by the rows it writes. Under load many releases wait for a connection at once;
-//! committing them as one statement pays that fixed cost once (BENCHMARKS.md, "Group commit").
+//! flush), not by the rows it writes; and releases of one dataset serialise on its row lock,
+//! one commit (and WAL flush) after another. Under load many releases wait for a connection at
+//! once; committing them as one statement pays that fixed cost once, and a hot dataset's row is
+//! locked and flushed once for all its waiting releases (BENCHMARKS.md, "Group commit").
 //!
 //! How: [`Groups::commit`] queues a release; one runner task takes the queue as soon as one of
 //! [`Groups`]' slots is free, up to [`MAX_GROUP`] releases, and commits them on a connection of
 //! its own while it forms the next group. At low load a slot is always free, so every release is
 //! a group of one and goes at once; groups grow only while every slot is busy. A release whose
-//! dataset is already in a running group is handed back to commit alone with the one-release
-//! statement (`COMMIT_RELEASE`), queueing on the row lock as releases always did, so a hot
-//! dataset keeps its pipeline and no slot ever waits for a lock.
+//! dataset is in a running group waits for the next group (that group holds the row's lock), so
+//! a slot never waits for a lock of its own replica's making.
 //!
 //! The ledger's rules hold member by member, as in the one-release statement: each member is
 //! admitted only if its dataset's budget, the output quota and its token's allocation all have
-//! room, as read under the rows' locks; its charge, its token's spend, the release log's link and
-//! its record are written in the same statement, so a member is charged exactly when it is
-//! stored, and nothing is answered before the transaction has committed. A member refused by the
-//! ledger writes nothing and does not stop the others. The group never waits for a lock: rows
-//! held by another transaction (another replica's release, an allocation change) are skipped
-//! (`SKIP LOCKED`), and those members commit alone afterwards with the one-release statement,
-//! which waits for the lock as always. A group therefore cannot deadlock with anyone, and since
-//! it holds at most one member per dataset, its members' charges never depend on each other.
-//! Keyed releases always commit alone: a duplicate key aborts its statement, which must not take
-//! other members with it.
+//! room, as read under the rows' locks plus what the group's earlier members of the same dataset
+//! (and token) were charged; its charge, its token's spend, the release log's link and its
+//! record are written in the same statement, so a member is charged exactly when it is stored,
+//! and nothing is answered before the transaction has committed. A dataset's members are
+//! admitted in order as a prefix, as if they had committed one after another: the first that
+//! does not fit is refused and writes nothing, and those after it commit alone. The group never
+//! waits for a lock: rows held by another transaction (another replica's release, an allocation
+//! change) are skipped (`SKIP LOCKED`), and those members commit alone afterwards with the
+//! one-release statement (`COMMIT_RELEASE`), which waits for the lock as always. A group
+//! therefore cannot deadlock with anyone. Keyed releases always commit alone: a duplicate key
+//! aborts its statement, which must not take other members with it.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -34,7 +36,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::{FromRow, PgPool, Row};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use uuid::Uuid;
 
 use super::{outcome_of, store_error};
@@ -78,8 +80,9 @@ pub(super) enum Answer {
     /// A release with the member's idempotency key exists (a concurrent retry committed first);
     /// nothing written. Only a keyed release, which always commits alone, can meet this.
     KeyConflict,
-    /// Not attempted by its group (a row it needs was locked by another transaction, or the
-    /// group's statement failed and rolled back as a whole): commit it alone.
+    /// Not attempted by its group (a row it needs was locked by another transaction, an earlier
+    /// member of its dataset was refused, or the group's statement failed and rolled back as a
+    /// whole): commit it alone.
     Alone(Box<Member>),
 }
 
@@ -111,6 +114,7 @@ impl Groups {
                 pool,
                 in_flight: Arc::default(),
                 slots: Arc::new(Semaphore::new(slots.max(1))),
+                finished: Arc::default(),
                 max_wait,
                 max_stored_cells,
             },
@@ -146,6 +150,8 @@ struct Runner {
     /// Datasets with a member in a running group.
     in_flight: Arc<Mutex<HashSet<Uuid>>>,
     slots: Arc<Semaphore>,
+    /// Signalled when a group ends, so that releases waiting for its datasets go next.
+    finished: Arc<Notify>,
     max_wait: Duration,
     max_stored_cells: i64,
 }
@@ -170,20 +176,24 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
         let mut later = VecDeque::new();
         {
             let mut in_flight = runner.in_flight.lock().expect("in_flight lock");
+            let mut joined = HashSet::new();
             for queued in pending.drain(..) {
                 if queued.queued_at.elapsed() > runner.max_wait {
                     let _ = queued.answer.send(Err(StoreError::Unavailable(
                         "commit_release: timed out waiting for a commit slot".into(),
                     )));
-                } else if in_flight.contains(&queued.member.dataset_id) {
-                    // Its dataset is being committed by a group (maybe this one): waiting here
-                    // would hold a slot for a row lock, so it commits alone, queueing on the
-                    // lock as a release always did (a hot dataset keeps its pipeline).
-                    let _ = queued
-                        .answer
-                        .send(Ok(Answer::Alone(Box::new(queued.member))));
+                } else if in_flight.contains(&queued.member.dataset_id)
+                    && !joined.contains(&queued.member.dataset_id)
+                {
+                    // Its dataset is being committed by a running group, which holds the row's
+                    // lock: it waits for the next group, with the dataset's other newcomers, so
+                    // that a hot dataset's releases share one transaction instead of queueing
+                    // on the lock one transaction each.
+                    later.push_back(queued);
                 } else if group.len() < MAX_GROUP {
-                    in_flight.insert(queued.member.dataset_id);
+                    if in_flight.insert(queued.member.dataset_id) {
+                        joined.insert(queued.member.dataset_id);
+                    }
                     group.push(queued);
                 } else {
                     later.push_back(queued);
@@ -192,6 +202,27 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
         }
         pending = later;
         if group.is_empty() {
+            drop(slot);
+            // Everything pending waits for a running group: wake when one ends, when something
+            // new arrives, or when the oldest may have waited too long.
+            let deadline = pending
+                .iter()
+                .map(|q| q.queued_at + runner.max_wait)
+                .min()
+                .map(tokio::time::Instant::from_std);
+            tokio::select! {
+                () = runner.finished.notified() => {}
+                queued = receiver.recv() => match queued {
+                    Some(queued) => pending.push_back(queued),
+                    None => return,
+                },
+                () = async {
+                    match deadline {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+            }
             continue;
         }
         let runner = runner.clone();
@@ -204,6 +235,7 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
             }
             drop(in_flight);
             drop(slot);
+            runner.finished.notify_one();
         });
     }
 }
@@ -368,71 +400,117 @@ pub(super) fn decode(row: &PgRow) -> Result<Answer, StoreError> {
     }
 }
 
-/// The group's statement: `COMMIT_RELEASE` (see there) for many members at once, one member per
-/// dataset. `input` numbers the members; `tokens` and `ledgers` lock the rows the members need,
-/// token rows first as everywhere, skipping rows another transaction holds; a member whose
-/// dataset row, or existing token row, was not locked is not `attempted` (it commits alone).
-/// `charged` admits and charges each attempted member against its own dataset's row and its
-/// token's allocation as locked; `allocated` adds the charge to the token's spend; `recorded`
-/// stores the release with the chain link computed from the row it charged. The answer has a
-/// row per member, by `ord`.
+/// The group's statement: `COMMIT_RELEASE` (see there) for many members at once. `input` numbers
+/// the members; `tokens` and `ledgers` lock the rows the members need, token rows first as
+/// everywhere, skipping rows another transaction holds (`ready` drops a member whose existing
+/// token row was not locked; a member whose dataset row was not locked is not joined by
+/// `attempted`): such members are not `attempted` and commit alone.
+///
+/// The members of one dataset are admitted in `ord` order as a prefix, exactly as if they had
+/// committed one after another: `attempted` reads the dataset's spend, output quota and the
+/// token's allocation under the locks and adds the costs of the members before each one
+/// (`fits`: running sums over the dataset, and over the dataset and token); `judged` finds the
+/// first member that does not fit (`stop`), which is refused, and the members after it are not
+/// attempted (they commit alone, against the ledger as this group left it). `chain` extends the
+/// release log link by link in the same order (`WITH RECURSIVE`: each link hashes the one
+/// before). `charged` writes each dataset's row once with the prefix's sums and last link, and only
+/// if the row is still the one read under the lock (`release_count`), else its members are not
+/// attempted; `allocated` adds each token's part to its spend; `recorded` stores the releases with
+/// their seqs, links and `spent_after`. The answer has a row per member, by `ord`: a committed
+/// member's budget is the ledger right after its own charge, as a release alone answers.
 const COMMIT_GROUP: &str = "\
-WITH input AS MATERIALIZED (
+WITH RECURSIVE input AS MATERIALIZED (
     SELECT * FROM unnest($1::uuid[], $2::int8[], $3::uuid[], $4::text[], $5::text[], $6::bytea[],
                          $7::int8[], $8::int8[], $9::text[], $10::bytea[], $11::bytea[], $12::text[])
            WITH ORDINALITY AS m(dataset_id, cost, release_id, created_by, mechanism, distribution,
                                 dimension, table_rows, label, link_prefix, link_suffix, row_names, ord)
 ), tokens AS MATERIALIZED (
     SELECT td.token_id, td.dataset_id, td.spent_units, td.allocation_units
-      FROM token_datasets td JOIN input ON td.token_id = input.created_by
-                                       AND td.dataset_id = input.dataset_id
+      FROM token_datasets td
+     WHERE (td.token_id, td.dataset_id) IN (SELECT created_by, dataset_id FROM input)
      ORDER BY td.token_id, td.dataset_id
        FOR UPDATE OF td SKIP LOCKED
-), ledgers AS MATERIALIZED (
-    SELECT d.id FROM datasets d JOIN input ON d.id = input.dataset_id
+), ready AS MATERIALIZED (
+    SELECT input.* FROM input
      WHERE NOT EXISTS (SELECT 1 FROM token_datasets td
                         WHERE td.token_id = input.created_by AND td.dataset_id = input.dataset_id
                           AND NOT EXISTS (SELECT 1 FROM tokens t
                                            WHERE t.token_id = td.token_id
                                              AND t.dataset_id = td.dataset_id))
+), ledgers AS MATERIALIZED (
+    SELECT d.id, d.spent_units, d.total_units, d.stored_cells, d.release_count, d.chain_head
+      FROM datasets d
+     WHERE d.id IN (SELECT dataset_id FROM ready)
      ORDER BY d.id
        FOR UPDATE OF d SKIP LOCKED
 ), attempted AS MATERIALIZED (
-    SELECT input.*, tokens.allocation_units, tokens.spent_units AS allocation_spent_units
-      FROM input JOIN ledgers ON ledgers.id = input.dataset_id
-      LEFT JOIN tokens ON tokens.token_id = input.created_by AND tokens.dataset_id = input.dataset_id
+    SELECT r.*, l.release_count AS base_count, l.chain_head AS base_head,
+           (l.spent_units + sum(r.cost) OVER per_dataset)::int8 AS spent_after,
+           tokens.allocation_units,
+           (tokens.spent_units + sum(r.cost) OVER per_token - r.cost)::int8
+               AS allocation_spent_units,
+           row_number() OVER per_dataset AS rank,
+           l.spent_units + sum(r.cost) OVER per_dataset <= l.total_units
+           AND l.stored_cells + sum(r.dimension) OVER per_dataset <= $13
+           AND (tokens.allocation_units IS NULL
+                OR tokens.spent_units + sum(r.cost) OVER per_token <= tokens.allocation_units)
+               AS fits
+      FROM ready r JOIN ledgers l ON l.id = r.dataset_id
+      LEFT JOIN tokens ON tokens.token_id = r.created_by AND tokens.dataset_id = r.dataset_id
+    WINDOW per_dataset AS (PARTITION BY r.dataset_id ORDER BY r.ord),
+           per_token AS (PARTITION BY r.dataset_id, r.created_by ORDER BY r.ord)
+), judged AS MATERIALIZED (
+    SELECT a.*, min(a.rank) FILTER (WHERE NOT a.fits) OVER (PARTITION BY a.dataset_id) AS stop
+      FROM attempted a
+), chain AS (
+    SELECT j.dataset_id, j.rank, j.base_count + 1 AS seq,
+           sha256(j.link_prefix || int8send(j.base_count + 1) || j.base_head
+                  || int8send((EXTRACT(EPOCH FROM now()) * 1000000)::bigint) || j.link_suffix) AS head
+      FROM judged j WHERE j.rank = 1 AND j.fits
+    UNION ALL
+    SELECT j.dataset_id, j.rank, j.base_count + j.rank,
+           sha256(j.link_prefix || int8send(j.base_count + j.rank) || c.head
+                  || int8send((EXTRACT(EPOCH FROM now()) * 1000000)::bigint) || j.link_suffix)
+      FROM chain c JOIN judged j ON j.dataset_id = c.dataset_id AND j.rank = c.rank + 1
+     WHERE j.fits AND (j.stop IS NULL OR j.rank < j.stop)
+), admitted AS MATERIALIZED (
+    SELECT j.*, c.seq, c.head FROM judged j JOIN chain c USING (dataset_id, rank)
 ), charged AS (
     UPDATE datasets d
-       SET spent_units = d.spent_units + a.cost, release_count = d.release_count + 1,
-           stored_cells = d.stored_cells + a.dimension,
-           chain_head = sha256(a.link_prefix || int8send(d.release_count + 1) || d.chain_head
-                               || int8send((EXTRACT(EPOCH FROM now()) * 1000000)::bigint)
-                               || a.link_suffix)
-      FROM attempted a
-     WHERE d.id = a.dataset_id AND d.spent_units + a.cost <= d.total_units
-       AND d.stored_cells + a.dimension <= $13
-       AND (a.allocation_units IS NULL OR a.allocation_spent_units + a.cost <= a.allocation_units)
- RETURNING a.ord, d.id, d.budget_order, d.total_units, d.spent_units, d.release_count,
-           d.dp_epsilon, d.dp_delta, d.chain_head
+       SET spent_units = d.spent_units + s.cost, release_count = d.release_count + s.n,
+           stored_cells = d.stored_cells + s.cells, chain_head = s.head
+      FROM (SELECT a.dataset_id, sum(a.cost)::int8 AS cost, count(*) AS n,
+                   sum(a.dimension)::int8 AS cells, min(a.base_count) AS base_count,
+                   (array_agg(a.head ORDER BY a.rank DESC))[1] AS head
+              FROM admitted a GROUP BY a.dataset_id) s
+     WHERE d.id = s.dataset_id AND d.release_count = s.base_count
+ RETURNING d.id, d.budget_order, d.total_units, d.spent_units, d.release_count,
+           d.dp_epsilon, d.dp_delta
 ), allocated AS (
-    UPDATE token_datasets td SET spent_units = td.spent_units + a.cost
-      FROM charged c JOIN attempted a ON a.ord = c.ord
-     WHERE td.token_id = a.created_by AND td.dataset_id = c.id
+    UPDATE token_datasets td SET spent_units = td.spent_units + s.cost
+      FROM (SELECT a.created_by, a.dataset_id, sum(a.cost)::int8 AS cost
+              FROM admitted a JOIN charged c ON c.id = a.dataset_id
+             GROUP BY a.created_by, a.dataset_id) s
+     WHERE td.token_id = s.created_by AND td.dataset_id = s.dataset_id
 ), recorded AS (
     INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units,
                           distribution, dimension, table_rows, label, chain_hash,
                           spent_after_units, row_names)
-    SELECT a.release_id, c.id, c.release_count, now(), a.created_by, a.mechanism::jsonb, a.cost,
-           a.distribution, a.dimension, a.table_rows, a.label, c.chain_head, c.spent_units,
+    SELECT a.release_id, a.dataset_id, a.seq, now(), a.created_by, a.mechanism::jsonb, a.cost,
+           a.distribution, a.dimension, a.table_rows, a.label, a.head,
+           a.spent_after,
            a.row_names
-      FROM charged c JOIN attempted a ON a.ord = c.ord
- RETURNING id, seq, created_at
+      FROM admitted a JOIN charged c ON c.id = a.dataset_id
+ RETURNING id, seq, created_at, spent_after_units
 )
-SELECT input.ord, (a.ord IS NOT NULL) AS attempted,
-       c.budget_order, c.total_units, c.spent_units, c.release_count, c.dp_epsilon, c.dp_delta,
-       r.seq, r.created_at, a.allocation_units, a.allocation_spent_units
+SELECT input.ord,
+       (r.id IS NOT NULL OR (j.rank = j.stop AND (j.stop = 1 OR c.id IS NOT NULL)))
+           IS TRUE AS attempted,
+       c.budget_order, c.total_units, r.spent_after_units AS spent_units, r.seq AS release_count,
+       c.dp_epsilon, c.dp_delta, r.seq, r.created_at,
+       j.allocation_units, j.allocation_spent_units
   FROM input
-  LEFT JOIN attempted a ON a.ord = input.ord
-  LEFT JOIN charged c ON c.ord = input.ord
+  LEFT JOIN judged j ON j.ord = input.ord
   LEFT JOIN recorded r ON r.id = input.release_id
+  LEFT JOIN charged c ON c.id = input.dataset_id
  ORDER BY input.ord";
