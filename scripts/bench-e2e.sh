@@ -15,7 +15,9 @@
 # VARIANTS: an A/B in one run — space-separated NAME or NAME:VAR=VALUE[,VAR=VALUE…], one server
 # each (same binary and database; e.g. "alone:DIRICHLET_DB_COMMIT_SLOTS=0 grouped:"), run
 # back to back against the same ceilings; TOKEN=… in a variant picks its token (e.g.
-# "admin:TOKEN=admin allocated:TOKEN=allocated"); default one variant, "service",
+# "admin:TOKEN=admin allocated:TOKEN=allocated") and BIN=… its binary (an A/B of two builds on
+# the same database: the first variant's binary applies the migrations, so list the newer
+# first); default one variant, "service",
 # REPS (1): repeat every workload, ceilings included, so that each variant's ratio to the
 # other and to the ceilings is taken pair by pair within a repetition.
 # Output: a table on stdout, one JSON object per figure in $OUT/results.jsonl and markdown
@@ -61,14 +63,16 @@ for variant in "${variants[@]}"; do
   extra=()
   [[ $variant == *:* ]] && [ -n "${variant#*:}" ] && IFS=, read -r -a extra <<<"${variant#*:}"
   token=$TOKEN
+  bin=$BIN
   for i in "${!extra[@]}"; do
-    [[ ${extra[$i]} == TOKEN=* ]] && { token=${extra[$i]#TOKEN=}; unset 'extra[i]'; }
+    [[ ${extra[$i]} == TOKEN=* ]] && { token=${extra[$i]#TOKEN=}; unset 'extra[i]'; continue; }
+    [[ ${extra[$i]} == BIN=* ]] && { bin=${extra[$i]#BIN=}; unset 'extra[i]'; }
   done
   extra=("${extra[@]}")
   tokens+=("$token")
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   env ${POOL:+DIRICHLET_DB_MAX_CONNECTIONS=$POOL} DIRICHLET_DATABASE_URL="$db_url" \
-    DIRICHLET_LISTEN="127.0.0.1:$port" DIRICHLET_ADMIN_TOKEN="$admin" "${extra[@]}" "$BIN" \
+    DIRICHLET_LISTEN="127.0.0.1:$port" DIRICHLET_ADMIN_TOKEN="$admin" "${extra[@]}" "$bin" \
     >"$work/server-$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 1 100); do
