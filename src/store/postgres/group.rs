@@ -6,7 +6,8 @@
 //! flush), not by the rows it writes; and releases of one dataset serialise on its row lock,
 //! one commit (and WAL flush) after another. Under load many releases wait for a connection at
 //! once; committing them as one statement pays that fixed cost once, and a hot dataset's row is
-//! locked and flushed once for all its waiting releases (BENCHMARKS.md, "Group commit").
+//! locked and flushed once for all its waiting releases (BENCHMARKS.md, "The spread regression
+//! and group commit" and "A hot dataset's releases in one group").
 //!
 //! How: [`Groups::commit`] queues a release; one runner task takes the queue as soon as one of
 //! [`Groups`]' slots is free, up to [`MAX_GROUP`] releases, and commits them on a connection of
@@ -204,10 +205,10 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
         if group.is_empty() {
             drop(slot);
             // Everything pending waits for a running group: wake when one ends, when something
-            // new arrives, or when the oldest may have waited too long.
+            // new arrives, or just after the oldest has waited too long.
             let deadline = pending
                 .iter()
-                .map(|q| q.queued_at + runner.max_wait)
+                .map(|q| q.queued_at + runner.max_wait + Duration::from_millis(1))
                 .min()
                 .map(tokio::time::Instant::from_std);
             tokio::select! {
