@@ -1140,12 +1140,22 @@ impl Mech {
         Some(hi.ceil())
     }
 
-    fn shortfall(&self, best: &Params, max_epsilon: f64, s: &Setup) -> Shortfall {
-        Shortfall {
-            max_epsilon,
-            best: s.forecast(self.bounds(best, s.item.n, s)),
-            min_n: self.min_n(best, s),
+    /// Out of reach: what the strongest parameters do. A forecast that f64 cannot carry there
+    /// (an overflow at extreme totals or priors) says nothing, so the mechanism is not
+    /// applicable rather than short of a non-number.
+    fn shortfall(&self, best: &Params, max_epsilon: f64, s: &Setup) -> Found {
+        let forecast = s.forecast(self.bounds(best, s.item.n, s));
+        if !(forecast.l2.is_finite() && forecast.cell_sd.is_finite()) {
+            return Found::Fails(
+                "its forecast at the largest ε is not finite in f64 for this total and prior"
+                    .into(),
+            );
         }
+        Found::Short(Shortfall {
+            max_epsilon,
+            best: forecast,
+            min_n: self.min_n(best, s),
+        })
     }
 
     /// Meets the target at this grid value (calibrated exactly as the release would be)?
@@ -1309,7 +1319,7 @@ impl Mech {
             );
         };
         if !s.meets(self.target_bounds(&strong, s.item.n, s)) {
-            return Found::Short(self.shortfall(&strong, max_epsilon, s));
+            return self.shortfall(&strong, max_epsilon, s);
         }
         let Some(weak) = self.calibrated(1, s) else {
             return self.whole_grid(s);
@@ -1874,7 +1884,7 @@ fn explicit_found(m: &Mech, s: &Setup) -> Found {
             hi: 1,
         }
     } else {
-        Found::Short(m.shortfall(&p, m.cost_of_price(price), s))
+        m.shortfall(&p, m.cost_of_price(price), s)
     }
 }
 

@@ -2465,6 +2465,22 @@ async fn previews_at_the_edges_of_f64_match_the_description(backend: Backend) {
     }
     println!("statuses: {answered:?}");
     assert!(answered.get(&200).is_some_and(|n| *n > 50), "{answered:?}");
+    // A plan at the edges (schemathesis found this one): the diffuse candidate's forecast at
+    // its largest ε overflowed and was sent as null where the description says a number.
+    let plan = format!("/v1/datasets/{id}/plan");
+    let planned = api
+        .call("planReleases", &plan)
+        .json(json!({"items": [{"d": 1060, "alpha": 1.7914878014874955e308, "target": {"cell_sd": 9.219487227757618e68}, "n": 5718978015924864.0, "prior": 1.7734083604957751e308}]}))
+        .expect(200)
+        .await;
+    let diffuse = planned.body["items"][0]["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["mechanism"] == "diffuse")
+        .cloned()
+        .unwrap();
+    assert_eq!(diffuse["status"], "not_applicable", "{diffuse}");
 }
 
 // ------------------------------------------------------------------------------ the checks themselves
