@@ -125,6 +125,16 @@ pub enum ScalarOrCells {
     Cells(Vec<f64>),
 }
 
+/// Written as it was read: a number, or an array of numbers.
+impl serde::Serialize for ScalarOrCells {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ScalarOrCells::Scalar(v) => s.serialize_f64(*v),
+            ScalarOrCells::Cells(v) => v.serialize(s),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for ScalarOrCells {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct V;

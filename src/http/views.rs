@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use crate::ledger::{Allocation, BudgetState, Dataset, Names, Output, Release, ReleaseSummary};
-use crate::release::record::Mechanism;
+use crate::release::Record as Mechanism;
 use crate::schema::{self, SchemaRef};
 
 /// A typed answer serialised with its object keys sorted, as the `json!` values it replaced were

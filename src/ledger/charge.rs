@@ -29,6 +29,8 @@ pub enum UnitsError {
 
 impl Units {
     pub const ZERO: Units = Units(0);
+    /// One grid unit, 2⁻⁴⁰: the least any release is charged.
+    pub const QUANTUM: Units = Units(1);
 
     /// The smallest grid value ≥ `value` (a charge).
     pub fn ceil(value: f64) -> Result<Units, UnitsError> {

@@ -48,6 +48,9 @@ use super::special::ln_gamma;
 
 /// Absolute slack taken off ε for the float errors of the weights (point 3 above).
 const RUN_SLACK_ABS: f64 = 1e-10;
+/// The smallest ε a selection takes: below twice the slack it would run at (almost) no ε at
+/// all — a selection that ignores the counts, priced at nothing — so it is refused instead.
+pub const MIN_EPSILON: f64 = 2.0 * RUN_SLACK_ABS;
 /// Relative slack taken off ε for the rounding of the scale ε/(2Δ̃).
 const RUN_SLACK_REL: f64 = 1e-12;
 /// The integer weights need at least this many bits for the smallest candidate.

@@ -14,120 +14,40 @@
 //! A custom sensitivity says how one record moves *one* vector, not how it moves a table; tables
 //! are refused on such datasets rather than priced on a guess.
 
+use super::input::CountTable;
+use super::mechanism::{Draw, PlanError, VectorForecast};
 use crate::ledger::Table;
-use crate::privacy::types::Relation;
+use crate::privacy::sampler::CsRng;
 use crate::privacy::utility::Forecast;
-use crate::privacy::{Counts, ParamError, Sensitivity};
-use crate::release::{self, Draw};
+use crate::privacy::Sensitivity;
 
-/// Rows of counts over the same d ≥ 2 cells: at least one row, rows × d at most a configured
-/// cap. A row may be all zeros: a group with no records is released like any other (its draw is
-/// Dir(α), the baselines' noise on zeros), since refusing it, or leaving it out, would publish
-/// that the group is empty (docs/PRIVACY.md, "Tables"). Not `Debug`: counts must never reach a
-/// log.
-pub struct CountTable {
-    rows: Vec<Counts>,
-}
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum TableError {
-    #[error("table must have at least one row")]
-    Empty,
-    #[error("table rows must all have the same number of cells: row 0 has {expected}, row {row} has {got}")]
-    Ragged {
-        row: usize,
-        got: usize,
-        expected: usize,
-    },
-    #[error("table row {row}: {source}")]
-    Row { row: usize, source: ParamError },
-    #[error(
-        "table has {got} cells in all (rows × cells), more than the configured maximum of {max}"
-    )]
-    TooManyCells { got: usize, max: usize },
-    #[error("table releases need the replace_one or add_remove_one relation: a custom sensitivity bounds how one record moves one vector, not a whole table")]
-    CustomRelation,
-}
-
-impl CountTable {
-    pub fn new(rows: Vec<Vec<f64>>, max_cells: usize) -> Result<CountTable, TableError> {
-        let expected = rows.first().ok_or(TableError::Empty)?.len();
-        if let Some(row) = rows.iter().position(|r| r.len() != expected) {
-            return Err(TableError::Ragged {
-                row,
-                got: rows[row].len(),
-                expected,
-            });
-        }
-        // Before any per-row work, so a huge table is refused in O(1).
-        let total = rows.len().saturating_mul(expected);
-        if total > max_cells {
-            return Err(TableError::TooManyCells {
-                got: total,
-                max: max_cells,
-            });
-        }
-        let rows = rows
-            .into_iter()
-            .enumerate()
-            .map(|(row, values)| {
-                Counts::new(values, max_cells).map_err(|source| TableError::Row { row, source })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(CountTable { rows })
-    }
-
-    /// Cells per row: the d that prices the table.
-    pub fn cells(&self) -> usize {
-        self.rows[0].len()
-    }
-
-    pub fn rows(&self) -> &[Counts] {
-        &self.rows
-    }
-
-    /// rows × cells.
-    pub fn total_cells(&self) -> usize {
-        self.rows.len() * self.cells()
-    }
-}
-
-/// Refuse relations under which a table has no sound one-vector price.
-pub fn check_relation(sens: &Sensitivity) -> Result<(), TableError> {
-    match sens.relation() {
-        Relation::ReplaceOne | Relation::AddRemoveOne => Ok(()),
-        Relation::Custom => Err(TableError::CustomRelation),
-    }
-}
-
-/// [`release::check_shapes`] for every row, before anything is drawn.
-pub fn check_shapes(
-    draw: &Draw,
-    table: &CountTable,
-    sens: &Sensitivity,
-) -> Result<(), release::PlanError> {
+/// [`Draw::check`] for every row, before anything is drawn.
+pub fn check(draw: &dyn Draw, table: &CountTable, sens: &Sensitivity) -> Result<(), PlanError> {
     table
-        .rows
+        .rows()
         .iter()
-        .try_for_each(|row| release::check_shapes(draw, row, sens))
+        .try_for_each(|row| draw.check(row, sens))
 }
 
 /// Draw every row independently with the one plan (each row its own fresh randomness).
-pub fn execute(draw: &Draw, table: &CountTable) -> Result<Table, String> {
+pub fn sample(draw: &dyn Draw, table: &CountTable, rng: &mut CsRng) -> Result<Table, String> {
     let rows = table
-        .rows
+        .rows()
         .iter()
-        .map(|row| release::execute(draw, row))
+        .map(|row| draw.sample(row, rng).map(|(y, _)| y))
         .collect::<Result<Vec<_>, _>>()?;
     Table::from_rows(rows).ok_or_else(|| "the sampler returned rows of different lengths".into())
 }
 
-/// The forecast of every row, in order (`None` for baselines, as for vectors).
-pub fn forecasts(draw: &Draw, table: &CountTable) -> Vec<Option<Forecast>> {
+/// The forecast of every row, in order (`None` where the mechanism has none, as for vectors).
+pub fn forecasts(draw: &dyn Draw, table: &CountTable) -> Vec<Option<Forecast>> {
     table
-        .rows
+        .rows()
         .iter()
-        .map(|row| release::forecast(draw, row))
+        .map(|row| match draw.forecast(row) {
+            Some(VectorForecast::Dirichlet(f)) => Some(f),
+            Some(VectorForecast::Selection(_)) | None => None,
+        })
         .collect()
 }
 
@@ -138,8 +58,58 @@ mod tests {
     use crate::privacy::discrete::laplace_shift_one_rdp;
     use crate::privacy::divergence::renyi_dirichlet;
     use crate::privacy::sampler::release_shapes;
+    use crate::privacy::types::Relation;
+    use crate::privacy::{Counts, ParamError};
     use crate::privacy::{DirichletParams, Order, Prior};
+    use crate::release::input::{check_relation, TableError};
+    use crate::release::mechanisms::gaussian::DiscreteGaussian;
+    use crate::release::mechanisms::laplace::DiscreteLaplace;
+    use crate::release::mechanisms::noise::NoiseDraw;
+    use crate::release::mechanisms::DirichletDraw;
     use proptest::prelude::*;
+
+    /// The draws a table can carry, as the tests build them.
+    #[derive(Debug, Clone)]
+    enum Case {
+        Dirichlet {
+            r: f64,
+            alpha: Prior,
+        },
+        /// The lower-bound draw: per-cell bounds L and the effective prior α + rL.
+        Bounded {
+            r: f64,
+            alpha: Prior,
+            lower: CellValues,
+        },
+        Gaussian {
+            sigma: f64,
+        },
+        Laplace {
+            scale: f64,
+        },
+    }
+
+    fn rng() -> CsRng {
+        crate::privacy::sampler::try_os_rng().unwrap()
+    }
+
+    impl Case {
+        fn draw(&self) -> Box<dyn Draw> {
+            match self {
+                Case::Dirichlet { r, alpha } => Box::new(DirichletDraw::new(*r, alpha.clone())),
+                Case::Bounded { r, alpha, lower } => Box::new(DirichletDraw {
+                    lower: Some(lower.clone()),
+                    ..DirichletDraw::new(*r, alpha.clone())
+                }),
+                Case::Gaussian { sigma } => Box::new(NoiseDraw::<DiscreteGaussian>::new(*sigma)),
+                Case::Laplace { scale } => Box::new(NoiseDraw::<DiscreteLaplace>::new(*scale)),
+            }
+        }
+
+        fn price(&self, order: Order, sens: &Sensitivity, d: usize) -> f64 {
+            self.draw().price(order, sens, d).0
+        }
+    }
 
     /// The Gamma shapes r·x + α of every row (test oracle input; same rounding as the sampler).
     fn shapes(r: f64, alpha: &Prior, rows: &[Vec<f64>]) -> Vec<Vec<f64>> {
@@ -189,9 +159,9 @@ mod tests {
 
     /// The exact Rényi divergence at `order` between the output distributions of `draw` on
     /// tables `p` and `q` (rows independent, so the rows' divergences add).
-    fn product_divergence(draw: &Draw, order: f64, p: &[Vec<f64>], q: &[Vec<f64>]) -> f64 {
+    fn product_divergence(draw: &Case, order: f64, p: &[Vec<f64>], q: &[Vec<f64>]) -> f64 {
         match draw {
-            Draw::Dirichlet { r, alpha } => {
+            Case::Dirichlet { r, alpha } => {
                 let (u, v) = (shapes(*r, alpha, p), shapes(*r, alpha, q));
                 u.iter()
                     .zip(&v)
@@ -200,13 +170,13 @@ mod tests {
                     .sum()
             }
             // Independent N(x, σ²) per cell: λ‖x − x′‖²/(2σ²) over the whole table.
-            Draw::Gaussian { sigma } => {
+            Case::Gaussian { sigma } => {
                 let sq: f64 = cell_shifts(p, q).map(|s| s * s).sum();
                 order * sq / (2.0 * sigma * sigma)
             }
             // Independent discrete Laplace per cell: the exact one-unit divergence per shifted
             // cell (neighbouring tables differ by ±1 in a cell), summed.
-            Draw::Laplace { scale } => {
+            Case::Laplace { scale } => {
                 let order = Order::new(order).unwrap();
                 cell_shifts(p, q)
                     .filter(|s| *s != 0.0)
@@ -217,7 +187,7 @@ mod tests {
                     .sum()
             }
             // The bounded draw is the Dirichlet draw on the clamped excess max(x − L, 0).
-            Draw::Bounded { r, alpha, lower } => {
+            Case::Bounded { r, alpha, lower } => {
                 let clamp = |t: &[Vec<f64>]| -> Vec<Vec<f64>> {
                     t.iter()
                         .map(|row| {
@@ -228,13 +198,12 @@ mod tests {
                         })
                         .collect()
                 };
-                let plain = Draw::Dirichlet {
+                let plain = Case::Dirichlet {
                     r: *r,
                     alpha: alpha.clone(),
                 };
                 product_divergence(&plain, order, &clamp(p), &clamp(q))
             }
-            Draw::Exponential { .. } => unreachable!("the exponential mechanism has no tables"),
         }
     }
 
@@ -253,14 +222,14 @@ mod tests {
         })
     }
 
-    fn draw_strategy(cells: usize) -> impl Strategy<Value = Draw> {
+    fn draw_strategy(cells: usize) -> impl Strategy<Value = Case> {
         prop_oneof![
-            (0.05f64..4.0, 0.3f64..6.0).prop_map(|(r, a)| Draw::Dirichlet {
+            (0.05f64..4.0, 0.3f64..6.0).prop_map(|(r, a)| Case::Dirichlet {
                 r,
                 alpha: Prior::uniform(a).unwrap()
             }),
             (0.05f64..4.0, prop::collection::vec(0.3f64..6.0, cells)).prop_map(|(r, a)| {
-                Draw::Dirichlet {
+                Case::Dirichlet {
                     r,
                     alpha: Prior::per_cell(a).unwrap(),
                 }
@@ -274,25 +243,20 @@ mod tests {
                 .prop_map(|(r, a, l)| {
                     let lower: Vec<f64> = l.into_iter().map(f64::from).collect();
                     let alpha = a.iter().zip(&lower).map(|(a, l)| a + r * l).collect();
-                    Draw::Bounded {
+                    Case::Bounded {
                         r,
                         alpha: Prior::per_cell(alpha).unwrap(),
                         lower: CellValues::PerCell(lower),
                     }
                 }),
-            (0.2f64..20.0).prop_map(|sigma| Draw::Gaussian { sigma }),
-            (0.2f64..20.0).prop_map(|scale| Draw::Laplace { scale }),
+            (0.2f64..20.0).prop_map(|sigma| Case::Gaussian { sigma }),
+            (0.2f64..20.0).prop_map(|scale| Case::Laplace { scale }),
         ]
     }
 
     /// The worst divergence over every neighbour of `t`, both directions, and the price.
-    fn worst_and_price(t: &[Vec<f64>], draw: &Draw, order: f64, sens: &Sensitivity) -> (f64, f64) {
-        let price = release::price(
-            draw,
-            Order::new(order).unwrap(),
-            &sens.for_table(),
-            t[0].len(),
-        );
+    fn worst_and_price(t: &[Vec<f64>], draw: &Case, order: f64, sens: &Sensitivity) -> (f64, f64) {
+        let price = draw.price(Order::new(order).unwrap(), &sens.for_table(), t[0].len());
         let worst = neighbours(t, sens)
             .iter()
             .flat_map(|n| {
@@ -337,22 +301,18 @@ mod tests {
     fn a_two_row_replacement_is_not_covered_by_the_add_remove_price() {
         let t = vec![vec![1.0, 0.0, 3.0], vec![0.0, 2.0, 0.0]];
         for draw in [
-            Draw::Dirichlet {
+            Case::Dirichlet {
                 r: 1.0,
                 alpha: Prior::uniform(3.0).unwrap(),
             },
-            Draw::Gaussian { sigma: 2.0 },
-            Draw::Laplace { scale: 2.0 },
+            Case::Gaussian { sigma: 2.0 },
+            Case::Laplace { scale: 2.0 },
         ] {
             let order = 2.0;
             let (worst, _) = worst_and_price(&t, &draw, order, &Sensitivity::REPLACE_ONE);
             assert!(worst.is_finite());
-            let add_remove = release::price(
-                &draw,
-                Order::new(order).unwrap(),
-                &Sensitivity::ADD_REMOVE_ONE,
-                3,
-            );
+            let add_remove =
+                draw.price(Order::new(order).unwrap(), &Sensitivity::ADD_REMOVE_ONE, 3);
             assert!(worst > add_remove, "{draw:?}: {worst} vs {add_remove}");
         }
     }
@@ -364,7 +324,7 @@ mod tests {
     /// above the best single-vector move (ln 1.5 + G⁺(50) or G⁻(51) + ln 2 ≈ 0.713).
     #[test]
     fn a_same_cell_move_between_rows_is_covered_with_a_per_cell_prior() {
-        let draw = Draw::Dirichlet {
+        let draw = Case::Dirichlet {
             r: 1.0,
             alpha: Prior::per_cell(vec![2.0, 50.0]).unwrap(),
         };
@@ -374,10 +334,10 @@ mod tests {
         assert!((1.0..1.1).contains(&d), "{d}");
         let order = Order::new(2.0).unwrap();
         let table = Sensitivity::REPLACE_ONE.for_table();
-        assert!(release::price(&draw, order, &table, 2) >= d);
+        assert!(draw.price(order, &table, 2) >= d);
         // The vector's price (two distinct cells) would under-charge this table: the flag is
         // what makes the difference.
-        assert!(release::price(&draw, order, &Sensitivity::REPLACE_ONE, 2) < d);
+        assert!(draw.price(order, &Sensitivity::REPLACE_ONE, 2) < d);
         let (worst, price) = worst_and_price(&t, &draw, 2.0, &Sensitivity::REPLACE_ONE);
         assert!(worst <= price, "{worst} > {price}");
     }
@@ -456,21 +416,21 @@ mod tests {
             vec![vec![0.0, 0.0, 0.0]],
         ];
         let draws = [
-            Draw::Dirichlet {
+            Case::Dirichlet {
                 r: 1.0,
                 alpha: Prior::uniform(2.0).unwrap(),
             },
-            Draw::Dirichlet {
+            Case::Dirichlet {
                 r: 0.5,
                 alpha: Prior::per_cell(vec![1.0, 3.0, 0.5]).unwrap(),
             },
-            Draw::Bounded {
+            Case::Bounded {
                 r: 1.0,
                 alpha: Prior::per_cell(vec![3.0, 1.0, 1.0]).unwrap(),
                 lower: CellValues::PerCell(vec![1.0, 0.0, 0.0]),
             },
-            Draw::Gaussian { sigma: 2.0 },
-            Draw::Laplace { scale: 2.0 },
+            Case::Gaussian { sigma: 2.0 },
+            Case::Laplace { scale: 2.0 },
         ];
         for t in &tables {
             for draw in &draws {
@@ -498,50 +458,50 @@ mod tests {
     fn empty_rows_are_drawn_and_forecast_by_every_mechanism() {
         let t =
             CountTable::new(vec![vec![0.0; 3], vec![4.0, 0.0, 1.0], vec![0.0; 3]], 100).unwrap();
-        let dirichlet = Draw::Dirichlet {
+        let dirichlet = Case::Dirichlet {
             r: 0.5,
             alpha: Prior::per_cell(vec![1.0, 2.0, 3.0]).unwrap(),
         };
         let draws = [
-            Draw::Dirichlet {
+            Case::Dirichlet {
                 r: 1.0,
                 alpha: Prior::uniform(2.0).unwrap(),
             },
             dirichlet.clone(),
             // Effective prior α + rL with L = (1, 0, 0): the empty row is below the bound, its
             // excess max(x − L, 0) is zero, and its draw Dir(α + rL).
-            Draw::Bounded {
+            Case::Bounded {
                 r: 1.0,
                 alpha: Prior::per_cell(vec![2.0, 1.0, 1.0]).unwrap(),
                 lower: CellValues::PerCell(vec![1.0, 0.0, 0.0]),
             },
-            Draw::Bounded {
+            Case::Bounded {
                 r: 1.0,
                 alpha: Prior::per_cell(vec![1.0, 1.0, 1.0]).unwrap(),
                 lower: CellValues::Uniform(0.0),
             },
-            Draw::Gaussian { sigma: 1.0 },
-            Draw::Laplace { scale: 1.0 },
+            Case::Gaussian { sigma: 1.0 },
+            Case::Laplace { scale: 1.0 },
         ];
         for draw in &draws {
             for sens in [Sensitivity::REPLACE_ONE, Sensitivity::ADD_REMOVE_ONE] {
-                check_shapes(draw, &t, &sens.for_table()).unwrap();
+                check(&*draw.draw(), &t, &sens.for_table()).unwrap();
             }
-            let out = execute(draw, &t).unwrap();
+            let out = sample(&*draw.draw(), &t, &mut rng()).unwrap();
             for row in out.iter_rows() {
                 assert!(row.iter().all(|v| v.is_finite() && *v >= 0.0), "{draw:?}");
                 assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12, "{draw:?}");
             }
-            let forecasts = forecasts(draw, &t);
+            let forecasts = forecasts(&*draw.draw(), &t);
             match draw {
-                Draw::Gaussian { .. } | Draw::Laplace { .. } => {
+                Case::Gaussian { .. } | Case::Laplace { .. } => {
                     assert!(forecasts.iter().all(Option::is_none))
                 }
                 // Below the bound: no forecast, as for any row that breaks it.
-                Draw::Bounded { lower, .. } if lower.at(0) > 0.0 => {
+                Case::Bounded { lower, .. } if lower.at(0) > 0.0 => {
                     assert!(forecasts[0].is_none() && forecasts[2].is_none())
                 }
-                Draw::Dirichlet { alpha, .. } | Draw::Bounded { alpha, .. } => {
+                Case::Dirichlet { alpha, .. } | Case::Bounded { alpha, .. } => {
                     for row in [0, 2] {
                         let f = forecasts[row]
                             .as_ref()
@@ -557,14 +517,13 @@ mod tests {
                     let full = forecasts[1].as_ref().unwrap();
                     assert!(full.l2_bound.is_finite() && full.max_cell_variance.is_finite());
                 }
-                Draw::Exponential { .. } => unreachable!(),
             }
         }
         // The empty rows are Dir(α): their mean is α/α₀ = (1, 2, 3)/6.
         let mut mean = [0.0; 3];
         let trials = 3000;
         for _ in 0..trials {
-            let out = execute(&dirichlet, &t).unwrap();
+            let out = sample(&*dirichlet.draw(), &t, &mut rng()).unwrap();
             for row in [0, 2] {
                 let y = out.iter_rows().nth(row).unwrap();
                 mean.iter_mut().zip(y).for_each(|(m, v)| *m += v);
@@ -581,11 +540,11 @@ mod tests {
     #[test]
     fn every_row_is_drawn_and_forecast() {
         let t = CountTable::new(vec![vec![5.0, 0.0, 1.0]; 4], 100).unwrap();
-        let draw = Draw::Dirichlet {
+        let draw = Case::Dirichlet {
             r: 1.0,
             alpha: Prior::uniform(1.0).unwrap(),
         };
-        let out = execute(&draw, &t).unwrap();
+        let out = sample(&*draw.draw(), &t, &mut rng()).unwrap();
         assert_eq!((out.rows(), out.cells()), (4, 3));
         for row in out.iter_rows() {
             assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-12);
@@ -593,9 +552,9 @@ mod tests {
         // Independent draws: four equal rows of counts give four different outputs.
         let rows: Vec<&[f64]> = out.iter_rows().collect();
         assert!(rows.windows(2).all(|w| w[0] != w[1]));
-        assert_eq!(forecasts(&draw, &t).len(), 4);
-        assert!(forecasts(&draw, &t).iter().all(Option::is_some));
-        assert!(forecasts(&Draw::Gaussian { sigma: 1.0 }, &t)
+        assert_eq!(forecasts(&*draw.draw(), &t).len(), 4);
+        assert!(forecasts(&*draw.draw(), &t).iter().all(Option::is_some));
+        assert!(forecasts(&*Case::Gaussian { sigma: 1.0 }.draw(), &t)
             .iter()
             .all(Option::is_none));
     }

@@ -1875,21 +1875,50 @@ async fn unrepresentable_exponential_parameters_are_refused(backend: Backend) {
         }
     }
     assert_eq!(app.budget(&id).await["releases"], 0);
-    // The case's ε alone is no problem: the selection runs at ε_run = 0 (uniform) and is
-    // charged no more than asked — here 0.
-    for epsilon in [9e-56, 2f64.powi(-40)] {
-        let response = app
-            .post(
-                &format!("/v1/datasets/{id}/releases"),
-                ADMIN_TOKEN,
-                &json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": epsilon}),
+    // The case's ε alone: a selection so weak that it would run at ε_run = 0 (uniform,
+    // ignoring the counts) and be charged 0 is refused — a release charged nothing would be
+    // admitted by an exhausted ledger. Nothing is charged by the refusals.
+    let exponential =
+        |epsilon: f64| json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": epsilon});
+    for epsilon in [9e-56, 2f64.powi(-40), 1e-10] {
+        for path in ["releases/preview", "releases"] {
+            let response = app
+                .post(
+                    &format!("/v1/datasets/{id}/{path}"),
+                    ADMIN_TOKEN,
+                    &exponential(epsilon),
+                )
+                .await;
+            let problem = assert_problem(
+                response,
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid-request",
             )
             .await;
-        assert_eq!(response.status(), StatusCode::CREATED);
-        let released: Value = response.json().await.unwrap();
-        assert!(released["cost"]["epsilon"].as_f64().unwrap() <= epsilon);
+            assert_eq!(problem["field"], "epsilon", "{epsilon}: {problem}");
+        }
     }
-    assert_eq!(app.budget(&id).await["releases"], 2);
+    assert_eq!(app.budget(&id).await["releases"], 0);
+    // The smallest ε it takes is charged something, never more than asked.
+    let response = app
+        .post(
+            &format!("/v1/datasets/{id}/releases"),
+            ADMIN_TOKEN,
+            &exponential(2e-10),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let released: Value = response.json().await.unwrap();
+    let cost = released["cost"]["epsilon"].as_f64().unwrap();
+    assert!(cost > 0.0 && cost <= 2e-10, "{released}");
+    // On a ledger of one grid unit: one such release fits, the next is refused.
+    let tiny = app.create_dataset(4.0, 2f64.powi(-40)).await;
+    let releases = format!("/v1/datasets/{tiny}/releases");
+    let first = app.post(&releases, ADMIN_TOKEN, &exponential(2e-10)).await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let second = app.post(&releases, ADMIN_TOKEN, &exponential(2e-10)).await;
+    assert_problem(second, StatusCode::CONFLICT, "budget-exhausted").await;
+    assert_eq!(app.budget(&tiny).await["releases"], 1);
 }
 
 on_both_backends!(

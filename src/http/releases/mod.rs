@@ -40,11 +40,11 @@ use crate::ledger::{
     Allocation, BudgetState, CommitOutcome, Dataset, Idempotency, Names, NewRelease, Units,
 };
 use crate::privacy::utility::Forecast;
-use crate::release::bounded::{GohariView, WithoutBound};
-use crate::release::record::Mechanism;
-use crate::release::request::{Context, Input, Request, RequestBody, RequestError};
+use crate::release::input::Input;
+use crate::release::mechanism::Context;
+use crate::release::request::{Request, RequestBody, RequestError};
 use crate::release::table;
-use crate::release::{self, Plan, PlanError, VectorForecast};
+use crate::release::{self, Plan, PlanError, Record, VectorForecast};
 use crate::schema::{self, SchemaRef};
 
 /// Draws with fewer cells than this run inline; larger ones move to the blocking pool.
@@ -165,7 +165,7 @@ pub fn plan_release(
 /// A preview: what the release would run, cost and give.
 #[derive(Serialize)]
 struct PreviewView {
-    mechanism: Mechanism,
+    mechanism: Record,
     cost: CostView,
     admissible: bool,
     budget_after: BudgetView,
@@ -185,10 +185,9 @@ struct PreviewView {
     /// Tables: one forecast per row, rows in order. Absent for vectors.
     #[serde(skip_serializing_if = "Option::is_none")]
     forecasts: Option<Vec<Option<Forecast>>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    without_bound: Option<WithoutBound>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    gohari: Option<GohariView>,
+    /// The mechanism's own comparisons (`without_bound`, `gohari`: `Mechanism::preview_extras`).
+    #[serde(flatten)]
+    extras: serde_json::Map<String, serde_json::Value>,
 }
 
 impl PartialSchema for PreviewView {
@@ -198,7 +197,7 @@ impl PartialSchema for PreviewView {
                 "The price, whether the ledger would admit it, and a forecast. A vector request \
                  gets `forecast`, a table request `forecasts` (one per row, in order).",
             ))
-            .property("mechanism", schema::component(&Mechanism::name()))
+            .property("mechanism", schema::component(&Record::name()))
             .property("cost", schema::component(&CostView::name()))
             .property(
                 "admissible",
@@ -258,12 +257,14 @@ impl PartialSchema for PreviewView {
                         "One forecast per row of the table, in order; each null for the baselines.",
                     )),
             )
-            .property("without_bound", schema::component(&WithoutBound::name()))
-            .property("gohari", schema::component(&GohariView::name()))
             .required("mechanism")
             .required("cost")
             .required("admissible")
             .required("budget_after");
+        let (extras, _) = release::mechanisms::preview_schemas();
+        let preview = extras
+            .into_iter()
+            .fold(preview, |p, (name, schema)| p.property(name, schema));
         schema::asserting(preview, [schema::exactly_one_of("forecast", "forecasts")]).into()
     }
 }
@@ -274,8 +275,8 @@ impl ToSchema for PreviewView {
     }
 
     fn schemas(schemas: &mut Vec<(String, SchemaRef)>) {
-        schemas.push((Mechanism::name().into(), Mechanism::schema()));
-        Mechanism::schemas(schemas);
+        schemas.push((Record::name().into(), Record::schema()));
+        Record::schemas(schemas);
         schemas.push((CostView::name().into(), CostView::schema()));
         schemas.push((BudgetView::name().into(), BudgetView::schema()));
         BudgetView::schemas(schemas);
@@ -284,9 +285,7 @@ impl ToSchema for PreviewView {
             crate::ledger::Names::schema(),
         ));
         crate::release::forecast_schemas(schemas);
-        schemas.push((WithoutBound::name().into(), WithoutBound::schema()));
-        schemas.push((GohariView::name().into(), GohariView::schema()));
-        GohariView::schemas(schemas);
+        schemas.extend(release::mechanisms::preview_schemas().1);
     }
 }
 
@@ -345,25 +344,20 @@ async fn preview(
         after.releases += 1;
     }
     let (forecast, forecasts) = match &request.input {
-        Input::Vector(counts) => (Some(release::vector_forecast(&plan.draw, counts)), None),
-        Input::Table(t) => (None, Some(table::forecasts(&plan.draw, t))),
+        Input::Vector(counts) => (Some(plan.draw().forecast(counts)), None),
+        Input::Table(t) => (None, Some(table::forecasts(plan.draw(), t))),
     };
-    let without_bound = request.without_bound(dataset.order, &dataset.sensitivity);
-    // Seed 003's own (ε, δ) is stated for one vector (see `PreviewView::gohari`).
-    let gohari = match &request.input {
-        Input::Vector(counts) => release::bounded::gohari_view(
-            &plan.draw,
-            counts,
-            &dataset.sensitivity,
-            dataset.dp_target.map(|t| t.delta),
-        ),
-        Input::Table(_) => None,
-    };
+    let extras = release::preview_extras(
+        &plan,
+        &request.input,
+        dataset.order,
+        &request.input.priced_under(&dataset.sensitivity),
+        dataset.dp_target.map(|t| t.delta),
+    );
     let view = PreviewView {
         forecast,
         forecasts,
-        without_bound,
-        gohari,
+        extras,
         mechanism: plan.record,
         cost: CostView {
             order: dataset.order.get(),
@@ -500,26 +494,26 @@ async fn create(
     // Idempotency-Key gets the stored release); it is never cut between "charged" and "stored".
     let task_state = state.clone();
     let created_by = caller.name();
-    let kind = plan.record.kind.name();
+    let kind = plan.kind().name();
     let asked = plan.charge;
     let outcome = state
         .tasks
         .spawn(async move {
-            let Plan {
-                draw,
-                charge,
-                mut record,
-                ..
-            } = plan;
             let (output, drawn) = if input.total_cells() < INLINE_DRAW_CELLS {
-                input.draw(&draw)
+                release::draw(&plan, &input)
             } else {
-                tokio::task::spawn_blocking(move || input.draw(&draw))
+                let plan = plan.clone();
+                tokio::task::spawn_blocking(move || release::draw(&plan, &input))
                     .await
                     .map_err(|e| ApiError::Internal(format!("sampler task failed: {e}")))?
             }
             .map_err(|e| ApiError::Internal(format!("sampling refused: {e}")))?;
-            record.selection = drawn;
+            let Plan {
+                charge, mut record, ..
+            } = plan;
+            if let Some(drawn) = drawn {
+                record.merge(drawn);
+            }
             // The request timeout answered while this was drawing: the client was told 503
             // (not charged), so nothing may be charged.
             if !gate.begin_commit() {

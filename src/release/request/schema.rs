@@ -1,6 +1,7 @@
 //! The release request in openapi.yaml: `ReleaseRequest`, a `oneOf` of one request shape per
-//! mechanism (`<Kind>Request`), each a closed object with exactly the fields its mechanism takes,
-//! and the wire values they are made of (`Counts`, `Table`, `Label`, `Alpha`...).
+//! mechanism (`<Name>Request`, written by the registry from each mechanism's fields:
+//! `release::mechanisms::request_schemas`), each a closed object with exactly the fields its
+//! mechanism takes, and the wire values they are made of (`Counts`, `Table`, `Label`, `Alpha`...).
 //!
 //! The parser ([`super::Request::parse`]) is the authority; these shapes describe it, and
 //! tests/it/openapi/examples.rs holds them to it: bodies the parser accepts must be valid for
@@ -10,13 +11,13 @@
 
 use std::borrow::Cow;
 
-use serde_json::json;
 use utoipa::openapi::schema::Schema;
 use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 
-use super::{Kind, RequestBody, MAX_COUNT};
+use super::{RequestBody, MAX_COUNT};
 use crate::ledger::{Label, Names, MAX_LABEL_CHARS};
+use crate::release::mechanisms::{self, Kind};
 use crate::schema::{self, SchemaRef};
 
 const RELEASE_REQUEST: &str = "\
@@ -36,244 +37,12 @@ is 422 `invalid-request` (the detail names the cell, never its value), as is a n
 (given or calibrated) above 2^52 or, on a dataset with a custom sensitivity, a `linf` below 1
 (no integer change fits it).";
 
-impl Kind {
-    /// The name of this mechanism's request shape in openapi.yaml.
-    pub fn request_schema_name(self) -> &'static str {
-        match self {
-            Kind::Dirichlet => "DirichletRequest",
-            Kind::Posterior => "PosteriorRequest",
-            Kind::Diffuse => "DiffuseRequest",
-            Kind::Explicit => "ExplicitRequest",
-            Kind::Gaussian => "GaussianRequest",
-            Kind::Laplace => "LaplaceRequest",
-            Kind::Exponential => "ExponentialRequest",
-        }
-    }
-
-    fn request_description(self) -> &'static str {
-        match self {
-            Kind::Dirichlet => {
-                "The default mechanism: 000 Algorithm 1 with base prior `prior` (default 1), \
-                 calibrated to `epsilon` at `order`."
-            }
-            Kind::Posterior => {
-                "The prior solved with `r` fixed (default 1), calibrated to `epsilon` at `order`. \
-                 With `prior_shape` s (seed 004 Algorithm 3) the prior is α = m·s and the scale m \
-                 is solved; without it s = 1. Each cell of s must be > 0, or ≥ 0 where \
-                 `lower_bound` > 0. With `lower_bound`, m may come out 0 (the bound alone pays for \
-                 ε). If the prior solved at `order` leaves no guarantee at the ledger order (004 \
-                 Corollary 1: direct sampling is RDP only for λ < 1 + min α/(rΔ∞)), the request is \
-                 422 `no-guarantee`."
-            }
-            Kind::Diffuse => {
-                "`r` solved with the prior `alpha` fixed, calibrated to `epsilon` at `order`. \
-                 `alpha` is > 0 in every cell; with `lower_bound` it may be 0 in a cell, and the \
-                 release is calibrated with the effective prior α + rL."
-            }
-            Kind::Explicit => {
-                "`r` and `alpha` given and only priced, at the ledger order; `epsilon` is an \
-                 optional cap. `alpha` is > 0 in every cell; with `lower_bound` it may be 0 in a \
-                 cell (α + rL must be > 0 in every cell) and the release is priced with α + rL: \
-                 `alpha: 0` is Gohari et al.'s prior-free mechanism."
-            }
-            Kind::Gaussian => {
-                "Discrete Gaussian noise N_ℤ(0, sigma²) per cell on integer counts: `sigma` given \
-                 (`epsilon` is then an optional cap and `order` does not apply), or calibrated to \
-                 `epsilon` at `order`."
-            }
-            Kind::Laplace => {
-                "Discrete Laplace noise of scale `scale` (P(y) ∝ e^{−|y|/scale}) per cell on \
-                 integer counts: `scale` given (`epsilon` is then an optional cap and `order` does \
-                 not apply), or calibrated to `epsilon` at `order`."
-            }
-            Kind::Exponential => {
-                "Seed 002's exponential mechanism over the n + 1 Beta posteriors Beta(α + j, \
-                 β + n − j) with Hellinger utility, for `counts` = [successes, failures] (whole \
-                 numbers, n = their sum, 0 ≤ n ≤ the configured `max_exponential_n`) on a \
-                 `replace_one` dataset only (n is public: the candidate set reveals it). n = 0 (an \
-                 empty group) has one candidate, the prior itself: the output is the prior mean, \
-                 whatever ε. Pure `epsilon`-DP, charged min(ε, λ₀ε²/8) at the ledger order λ₀ \
-                 (ε-bounded range ⇒ ε²/8-zCDP). `prior` defaults to [1, 1]. 422 \
-                 `invalid-request`: an `epsilon` so large that the least likely candidate falls \
-                 below what the sampler represents exactly (37 for Beta(1, 1) at n = 100, about \
-                 100·Δ_g at n = 10⁴), and a `prior` with α + β + n above 2⁵⁰ or whose Hellinger \
-                 distances are not finite numbers in f64 (`field: prior`). One vector only: a \
-                 `table` is 422 (under `replace_one` a record moving between two rows changes \
-                 both rows' n, a change the one-vector, fixed-n charge does not cover)."
-            }
-        }
-    }
-
-    /// This mechanism's request shape.
-    fn request_schema(self) -> Schema {
-        let target = "The calibration target ε, at `order`.";
-        let cap = "An optional cap: a mechanism that costs more at the ledger order is 422 \
-                   `cost-exceeds-epsilon`.";
-        let mut shape = schema::closed().description(Some(self.request_description()));
-        shape = match self {
-            Kind::Exponential => shape.property(
-                "counts",
-                schema::array(schema::integer().minimum(Some(0)))
-                    .min_items(Some(2))
-                    .max_items(Some(2))
-                    .description(Some("[successes, failures], whole numbers.")),
-            ),
-            _ => shape
-                .property("counts", schema::component("Counts"))
-                .property("table", schema::component("Table"))
-                .property(
-                    "row_names",
-                    schema::described(
-                        "Names",
-                        "Public names of the table's rows, one per row (only with `table`): \
-                         stored with the release and returned with it.",
-                    ),
-                ),
-        };
-        shape = shape
-            .property("label", schema::component("Label"))
-            .property("mechanism", {
-                let name = schema::constant(self.name());
-                match self {
-                    Kind::Dirichlet => name.default(Some(json!(self.name()))),
-                    _ => name,
-                }
-            });
-        let positive = |description: &str| schema::described("PositiveNumber", description);
-        let order = || {
-            schema::described(
-                "Order",
-                "The order of the calibration target (default: the ledger order); only with \
-                 `epsilon`.",
-            )
-        };
-        let mut all = Vec::new();
-        if self != Kind::Exponential {
-            all.push(schema::exactly_one_of("counts", "table"));
-            all.push(json!({"if": {"required": ["row_names"]}, "then": {"required": ["table"]}}));
-        }
-        // Without a lower bound, a prior must be > 0 in every cell.
-        let alpha_positive_unless_bounded = json!({
-            "if": {"not": {"required": ["lower_bound"]}},
-            "then": {"properties": {"alpha": {"$ref": "#/components/schemas/Alpha"}}}
-        });
-        // `sigma`/`scale` given: priced at the ledger order (no `order`); else calibrated (needs
-        // `epsilon`).
-        let given_or_calibrated = |own: &str| {
-            json!({
-                "if": {"required": [own]},
-                "then": {"not": {"required": ["order"]}},
-                "else": {"required": ["epsilon"]}
-            })
-        };
-        shape = match self {
-            Kind::Dirichlet => shape
-                .property("epsilon", positive(target))
-                .property("order", order())
-                .property(
-                    "prior",
-                    positive("The base prior a₀ (default 1): α = a₀ in every cell."),
-                )
-                .property("lower_bound", schema::component("LowerBound"))
-                .required("epsilon"),
-            Kind::Posterior => shape
-                .property("epsilon", positive(target))
-                .property("order", order())
-                .property("r", positive("The fixed r (default 1)."))
-                .property(
-                    "prior_shape",
-                    schema::described("NonNegativeCells", "The prior's shape s: α = m·s."),
-                )
-                .property("lower_bound", schema::component("LowerBound"))
-                .required("mechanism")
-                .required("epsilon"),
-            Kind::Diffuse => {
-                all.push(alpha_positive_unless_bounded);
-                shape
-                    .property("epsilon", positive(target))
-                    .property("order", order())
-                    .property(
-                        "alpha",
-                        schema::described(
-                            "NonNegativeCells",
-                            "The prior α, fixed: > 0 in every cell (≥ 0 with `lower_bound`).",
-                        ),
-                    )
-                    .property("lower_bound", schema::component("LowerBound"))
-                    .required("mechanism")
-                    .required("epsilon")
-                    .required("alpha")
-            }
-            Kind::Explicit => {
-                all.push(alpha_positive_unless_bounded);
-                shape
-                    .property("epsilon", positive(cap))
-                    .property("r", positive("The r of the draw Dir(r·x + α)."))
-                    .property(
-                        "alpha",
-                        schema::described(
-                            "NonNegativeCells",
-                            "The prior α: > 0 in every cell (≥ 0 with `lower_bound`).",
-                        ),
-                    )
-                    .property("lower_bound", schema::component("LowerBound"))
-                    .required("mechanism")
-                    .required("r")
-                    .required("alpha")
-            }
-            Kind::Gaussian => {
-                all.push(given_or_calibrated("sigma"));
-                shape
-                    .property(
-                        "epsilon",
-                        positive(
-                            "The calibration target ε at `order` without `sigma`; a cap with it.",
-                        ),
-                    )
-                    .property("order", order())
-                    .property("sigma", positive("The noise's σ (calibrated when absent)."))
-                    .required("mechanism")
-            }
-            Kind::Laplace => {
-                all.push(given_or_calibrated("scale"));
-                shape
-                    .property(
-                        "epsilon",
-                        positive(
-                            "The calibration target ε at `order` without `scale`; a cap with it.",
-                        ),
-                    )
-                    .property("order", order())
-                    .property(
-                        "scale",
-                        positive("The noise's scale (calibrated when absent)."),
-                    )
-                    .required("mechanism")
-            }
-            Kind::Exponential => shape
-                .property("epsilon", positive("The mechanism's pure-DP ε."))
-                .property(
-                    "prior",
-                    schema::described("BetaPrior", "The Beta prior [α, β] (default [1, 1])."),
-                )
-                .required("mechanism")
-                .required("counts")
-                .required("epsilon"),
-        };
-        if all.is_empty() {
-            shape.into()
-        } else {
-            schema::asserting(shape, all).into()
-        }
-    }
-}
-
 impl PartialSchema for RequestBody {
     fn schema() -> RefOr<Schema> {
         schema::one_of(
             Kind::ALL
                 .iter()
-                .map(|kind| schema::component(kind.request_schema_name())),
+                .map(|kind| schema::component(&kind.request_schema_name())),
         )
         .description(Some(RELEASE_REQUEST))
         .into()
@@ -286,12 +55,7 @@ impl ToSchema for RequestBody {
     }
 
     fn schemas(schemas: &mut Vec<(String, SchemaRef)>) {
-        for kind in Kind::ALL {
-            schemas.push((
-                kind.request_schema_name().into(),
-                kind.request_schema().into(),
-            ));
-        }
+        schemas.extend(mechanisms::request_schemas());
         schemas.extend(values());
         schemas.push((Names::name().into(), Names::schema()));
     }

@@ -11,7 +11,7 @@ use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 
 use super::{PlanAnswer, PlanRequest, MAX_PLAN_ITEMS, MAX_TOTAL};
-use crate::release::request::Kind;
+use crate::release::mechanisms::Kind;
 use crate::schema::{self, SchemaRef};
 
 fn mechanism_names() -> Vec<&'static str> {

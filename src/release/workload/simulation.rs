@@ -16,12 +16,14 @@
 //! docs/PRIVACY.md quotes. A halved bound fails these checks: see
 //! `halved_bounds_are_caught`.
 
-use super::tests::{ctx, reachable};
+use super::item::{parse as parse_item, Item};
+use super::tests::{ctx, reachable, release_plan};
 use super::*;
-use crate::privacy::baseline;
-use crate::privacy::exponential::draw_index;
-use crate::privacy::sampler::{release_shapes, test_rng, try_sample_dirichlet, CsRng};
-use crate::privacy::DirichletParams;
+use crate::privacy::exponential::{draw_index, BetaCandidates};
+use crate::privacy::sampler::{test_rng, CsRng};
+use crate::privacy::{Counts, Sensitivity};
+use crate::release::mechanism::Draw;
+use crate::release::mechanisms::exponential::SelectionDrawParams;
 use rand::RngExt;
 
 /// The count vectors of total n the forecasts are checked at.
@@ -63,28 +65,23 @@ fn counts(shape: Shape, n: u64, d: usize, rng: &mut CsRng) -> Vec<f64> {
     x.into_iter().map(|v| v as f64).collect()
 }
 
-/// One release drawn as the service draws it: `release::execute_release`'s samplers with a
-/// seeded generator. The exponential mechanism takes its integer weights, computed once per
-/// count vector by `BetaCandidates::weights` (what `select` computes on every call).
-fn draw_once(draw: &Draw, x: &Counts, weights: Option<&[u128]>, rng: &mut CsRng) -> Vec<f64> {
-    match draw {
-        Draw::Dirichlet { r, alpha } => {
-            let params = DirichletParams {
-                r: *r,
-                alpha: alpha.clone(),
-            };
-            let shapes = release_shapes(x, &params).unwrap();
-            try_sample_dirichlet(&shapes, rng).unwrap()
-        }
-        Draw::Gaussian { sigma } => baseline::gaussian_release(x, *sigma, rng).unwrap(),
-        Draw::Laplace { scale } => baseline::laplace_release(x, *scale, rng).unwrap(),
-        Draw::Exponential { candidates, .. } => {
-            let j = draw_index(weights.unwrap(), rng) as u64;
-            // As `release::exponential::execute_exponential`: the selected posterior's mean.
+/// One release drawn as the service draws it: the draw's own sampler with a seeded generator.
+/// The exponential mechanism takes its integer weights, computed once per count vector by
+/// `BetaCandidates::weights` (what its `select` computes on every call).
+fn draw_once(
+    draw: &dyn Draw,
+    x: &Counts,
+    weights: Option<&(BetaCandidates, Vec<u128>)>,
+    rng: &mut CsRng,
+) -> Vec<f64> {
+    match weights {
+        Some((candidates, weights)) => {
+            let j = draw_index(weights, rng) as u64;
+            // As the exponential draw's `sample`: the selected posterior's mean.
             let (a, b) = candidates.candidate(j);
             vec![a / (a + b), b / (a + b)]
         }
-        Draw::Bounded { .. } => unreachable!("not planned"),
+        None => draw.sample(x, rng).unwrap().0,
     }
 }
 
@@ -134,21 +131,27 @@ impl Observed {
 }
 
 /// Draw `draws` releases at x and compare with the forecast (per row total n_row).
-fn observe(draw: &Draw, x: &[f64], forecast: &Forecast, draws: usize, rng: &mut CsRng) -> Observed {
+fn observe(
+    draw: &dyn Draw,
+    x: &[f64],
+    forecast: &Forecast,
+    draws: usize,
+    rng: &mut CsRng,
+) -> Observed {
     let n: f64 = x.iter().sum();
     let counts = Counts::new(x.to_vec(), usize::MAX).unwrap();
-    let weights = match draw {
-        Draw::Exponential {
-            candidates,
-            epsilon,
-        } => Some(candidates.weights(x[0] as u64, *epsilon).unwrap()),
-        _ => None,
-    };
+    let any: &dyn std::any::Any = draw;
+    let weights = any.downcast_ref::<SelectionDrawParams>().map(|s| {
+        (
+            s.candidates,
+            s.candidates.weights(x[0] as u64, s.epsilon).unwrap(),
+        )
+    });
     let d = x.len();
     let mut errors = Vec::with_capacity(draws);
     let mut squares = vec![0.0; d];
     for _ in 0..draws {
-        let y = draw_once(draw, &counts, weights.as_deref(), rng);
+        let y = draw_once(draw, &counts, weights.as_ref(), rng);
         let e: f64 = y
             .iter()
             .zip(x)
@@ -176,29 +179,15 @@ fn observe(draw: &Draw, x: &[f64], forecast: &Forecast, draws: usize, rng: &mut 
 }
 
 /// Plan one item (relaxed as [`reachable`] does when out of reach), return the item's parse
-/// and the draw the chosen plan runs.
-fn planned(item: serde_json::Value, c: &Context) -> (Item, ItemAnswer, Draw) {
+/// and the release's own plan at the planned ε: what the service would draw.
+fn planned(item: serde_json::Value, c: &Context) -> (Item, ItemAnswer, crate::release::Plan) {
     let (item, answer) = reachable(item, c);
     assert_eq!(answer.status, ItemStatus::Planned, "{answer:?}");
     let plan_item: PlanItem = serde_json::from_value(item).unwrap();
     let parsed = parse_item(0, &plan_item, c).unwrap();
-    let kind = answer.mechanism.unwrap();
-    let m = Mech::new(kind, &parsed, &Selections::default()).unwrap();
-    let sens = if parsed.rows.is_some() {
-        c.sensitivity.for_table()
-    } else {
-        c.sensitivity
-    };
-    let s = Setup {
-        item: &parsed,
-        order: c.ledger_order,
-        sens,
-    };
-    let e = Epsilon::new(answer.epsilon.unwrap()).unwrap();
-    // The release's own plan at the planned ε: what the service would draw.
-    let plan = super::super::plan(&m.spec(e, &s), parsed.d, c.ledger_order, &sens).unwrap();
+    let plan = release_plan(&plan_item, &answer, c);
     assert_eq!(plan.charge.to_f64(), answer.cost.unwrap());
-    (parsed, answer, plan.draw)
+    (parsed, answer, plan)
 }
 
 /// One simulated case: plan `item`, draw at every adversarial shape of total n (or `totals`,
@@ -211,21 +200,21 @@ fn run_case(
     draws: usize,
     seed: u64,
 ) -> Vec<(Shape, u64, Observed)> {
-    let (parsed, answer, draw) = planned(item, c);
+    let (parsed, answer, plan) = planned(item, c);
     let forecast = answer.forecast.unwrap();
     let mut rng = test_rng(seed);
     let mut out = Vec::new();
     for &n in totals {
         for shape in SHAPES {
-            if parsed.d == 2 && shape == Shape::TwoCell {
+            if parsed.shape.d == 2 && shape == Shape::TwoCell {
                 continue; // the same as uniform
             }
-            let x = counts(shape, n, parsed.d, &mut rng);
-            let o = observe(&draw, &x, &forecast, draws, &mut rng);
+            let x = counts(shape, n, parsed.shape.d, &mut rng);
+            let o = observe(plan.draw(), &x, &forecast, draws, &mut rng);
             eprintln!(
                 "{label:<34} {:<11} n={n:<8} d={:<5} eps={:<10.4e} l2<={:.4} ({:.1}%): exceed {:>4}/{draws} (allowed {:>3}), q/l2={:.3}; sd<={:.3e}: max mse/sd²={:.3}",
                 answer.mechanism.unwrap().name(),
-                parsed.d,
+                parsed.shape.d,
                 answer.epsilon.unwrap(),
                 forecast.l2,
                 100.0 * forecast.confidence,
@@ -389,15 +378,15 @@ fn shrunken_bounds_are_caught() {
         ),
     ];
     for (i, (item, factor)) in items.into_iter().enumerate() {
-        let (parsed, answer, draw) = planned(item, &c);
+        let (parsed, answer, plan) = planned(item, &c);
         let mut rng = test_rng(3000 + i as u64);
         let mut forecast = answer.forecast.unwrap();
         forecast.l2 *= factor;
         forecast.cell_sd *= 0.5;
         let (mut l2_caught, mut sd_caught) = (false, false);
         for shape in SHAPES {
-            let x = counts(shape, parsed.n as u64, parsed.d, &mut rng);
-            let o = observe(&draw, &x, &forecast, DRAWS, &mut rng);
+            let x = counts(shape, parsed.shape.n as u64, parsed.shape.d, &mut rng);
+            let o = observe(plan.draw(), &x, &forecast, DRAWS, &mut rng);
             eprintln!("{:?} {shape:?}: {o:?}", answer.mechanism);
             l2_caught |= o.exceed > o.allowed;
             sd_caught |= o.variance_ratio > 1.0 + sd_margin(DRAWS);

@@ -1,5 +1,15 @@
+use super::item::{parse as parse_item, Item};
+use super::search::{candidate, Candidate, Frame};
 use super::*;
-use crate::privacy::Sensitivity;
+use crate::ledger::charge_for;
+use crate::privacy::accuracy::Bounds;
+use crate::privacy::curve::dirichlet_price;
+use crate::privacy::exponential::{exponential_rdp, priced_epsilon};
+use crate::privacy::types::Relation;
+use crate::privacy::Prior;
+use crate::privacy::{Epsilon, Order, Sensitivity};
+use crate::release::mechanism::Setup;
+use crate::release::mechanisms::{KindVisitor, Registered};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -48,25 +58,109 @@ fn refused(item: serde_json::Value, c: &Context) -> WorkloadError {
     plan_workload(&request(json!({ "items": [item] })), c, None).unwrap_err()
 }
 
-/// The mechanism and setup of a parsed item, for checks against the search's internals.
-fn with_setup<T>(item: serde_json::Value, c: &Context, f: impl FnOnce(&Mech, &Setup) -> T) -> T {
+/// The frame of a parsed item: what its search sees.
+fn frame<'a>(parsed: &Item, c: &Context, cancel: &'a Cancel) -> Frame<'a> {
+    let sens = if parsed.shape.rows.is_some() {
+        c.sensitivity.for_table()
+    } else {
+        c.sensitivity
+    };
+    Frame {
+        setup: Setup {
+            shape: parsed.shape,
+            order: c.ledger_order,
+            sens,
+            beta: parsed.beta,
+        },
+        goal: parsed.goal,
+        cancel,
+    }
+}
+
+/// The named mechanism's candidate for an item, for checks against the search's internals.
+fn with_candidate<T>(
+    item: serde_json::Value,
+    c: &Context,
+    f: impl FnOnce(&dyn Candidate, &Frame) -> T,
+) -> T {
     let parsed = parse_item(0, &serde_json::from_value(item).unwrap(), c).unwrap();
     let kind = match parsed.choice {
         MechanismChoice::Named(k) => k,
         MechanismChoice::Auto => panic!("name the mechanism"),
     };
-    let m = Mech::new(kind, &parsed, &Selections::default()).unwrap();
-    let sens = if parsed.rows.is_some() {
-        c.sensitivity.for_table()
-    } else {
-        c.sensitivity
-    };
-    let s = Setup {
+    let cancel = Cancel::default();
+    let frame = frame(&parsed, c, &cancel);
+    let cache = crate::release::mechanism::Cache::default();
+    struct Make<'a, 'b> {
+        item: &'b Item,
+        frame: &'a Frame<'a>,
+        cache: &'a crate::release::mechanism::Cache,
+        c: &'b Context,
+    }
+    impl<'a> KindVisitor for Make<'a, '_> {
+        type Output = Box<dyn Candidate + 'a>;
+        fn visit<M: Registered>(self) -> Self::Output {
+            candidate::<M>(self.item, self.frame, self.cache, self.c).unwrap()
+        }
+    }
+    let cand = kind.visit(Make {
         item: &parsed,
-        order: c.ledger_order,
-        sens,
-    };
-    f(&m, &s)
+        frame: &frame,
+        cache: &cache,
+        c,
+    });
+    f(cand.as_ref(), &frame)
+}
+
+/// The release a plan's answer says to make, planned by `release::plan`.
+pub(super) fn release_plan(
+    item: &PlanItem,
+    answer: &ItemAnswer,
+    c: &Context,
+) -> crate::release::Plan {
+    let parsed = parse_item(0, item, c).unwrap();
+    let cancel = Cancel::default();
+    let f = frame(&parsed, c, &cancel);
+    let kind = answer.mechanism.unwrap();
+    let epsilon = Epsilon::new(answer.epsilon.unwrap_or(GRID)).unwrap();
+    struct Spec<'a> {
+        item: &'a Item,
+        setup: Setup,
+        epsilon: Epsilon,
+        c: &'a Context,
+    }
+    impl KindVisitor for Spec<'_> {
+        type Output = crate::release::Spec;
+        fn visit<M: Registered>(self) -> Self::Output {
+            let own = crate::release::mechanism::Params::new(
+                self.item
+                    .params
+                    .iter()
+                    .filter(|(n, _)| M::KIND.takes(n))
+                    .cloned()
+                    .collect(),
+            );
+            let settings = M::settings(&own, self.c).unwrap();
+            let cache = crate::release::mechanism::Cache::default();
+            M::wrap_spec(
+                M::at_epsilon(
+                    &settings,
+                    &self.item.shape,
+                    self.epsilon,
+                    self.setup.order,
+                    &cache,
+                )
+                .unwrap(),
+            )
+        }
+    }
+    let spec = kind.visit(Spec {
+        item: &parsed,
+        setup: f.setup,
+        epsilon,
+        c,
+    });
+    crate::release::plan(&spec, parsed.shape.d, c.ledger_order, &f.setup.sens).unwrap()
 }
 
 fn units(epsilon: f64) -> u64 {
@@ -332,11 +426,11 @@ fn the_planned_epsilon_is_the_cheapest_grid_value() {
             assert_eq!(a.status, ItemStatus::Planned, "{item}: {a:?}");
             let k = units(a.epsilon.unwrap());
             assert_eq!(k as f64 * GRID, a.epsilon.unwrap());
-            with_setup(item.clone(), c, |m, s| {
-                assert!(m.meets_at(k, s), "{item}");
-                assert!(!m.meets_at(k - 1, s), "{item}: {k} is not the cheapest");
+            with_candidate(item.clone(), c, |m, _| {
+                assert!(m.meets_at(k), "{item}");
+                assert!(!m.meets_at(k - 1), "{item}: {k} is not the cheapest");
                 for f in [0.5, 0.9, 0.99, 0.999_999] {
-                    assert!(!m.meets_at((k as f64 * f) as u64, s), "{item} at {f}");
+                    assert!(!m.meets_at((k as f64 * f) as u64), "{item} at {f}");
                 }
             });
             checked += 1;
@@ -435,20 +529,7 @@ fn total_cost_is_the_sum_of_the_release_charges() {
     let mut sum = Units::ZERO;
     for (item, ans) in r.items.iter().zip(&a.items) {
         assert_eq!(ans.status, ItemStatus::Planned);
-        let parsed = parse_item(0, item, &c).unwrap();
-        let m = Mech::new(ans.mechanism.unwrap(), &parsed, &Selections::default()).unwrap();
-        let sens = if parsed.rows.is_some() {
-            c.sensitivity.for_table()
-        } else {
-            c.sensitivity
-        };
-        let s = Setup {
-            item: &parsed,
-            order: c.ledger_order,
-            sens,
-        };
-        let eps = Epsilon::new(ans.epsilon.unwrap_or(GRID)).unwrap();
-        let plan = super::super::plan(&m.spec(eps, &s), parsed.d, c.ledger_order, &sens).unwrap();
+        let plan = release_plan(item, ans, &c);
         assert_eq!(plan.charge.to_f64(), ans.cost.unwrap());
         sum = sum.checked_add(plan.charge).unwrap();
     }
@@ -662,17 +743,17 @@ proptest! {
         if kind != Kind::Diffuse {
             item.as_object_mut().unwrap().remove("alpha");
         }
-        with_setup(item, &c, |m, s| {
+        with_candidate(item, &c, |m, s| {
             let (k1, k2) = (units(e1.exp()).max(1), units((e1 + step).exp()).max(1));
-            let (Some(p1), Some(p2)) = (m.calibrated(k1, s), m.calibrated(k2, s)) else {
+            let n = s.setup.shape.n;
+            let (Some(b1), Some(b2)) = (m.bounds_at(k1, n), m.bounds_at(k2, n)) else {
                 return Ok(());
             };
-            let (b1, b2) = (m.bounds(&p1, s.item.n, s), m.bounds(&p2, s.item.n, s));
             if kind != Kind::Posterior {
                 prop_assert!(b2.l2 <= b1.l2 * (1.0 + 1e-9), "{:?} {:?}", b1, b2);
             }
             prop_assert!(b2.cell_sd <= b1.cell_sd * (1.0 + 1e-9), "{:?} {:?}", b1, b2);
-            let more = m.bounds(&p1, s.item.n * 3.0, s);
+            let more = m.bounds_at(k1, n * 3.0).unwrap();
             prop_assert!(more.l2 <= b1.l2 * (1.0 + 1e-12) && more.cell_sd <= b1.cell_sd * (1.0 + 1e-12));
             Ok(())
         })?;
@@ -703,12 +784,12 @@ proptest! {
             item["alpha"] = json!(1.5);
         }
         let a = one(item.clone(), &c);
-        with_setup(item, &c, |m, s| {
+        with_candidate(item, &c, |m, s| {
             match a.status {
                 ItemStatus::Planned => {
                     let k = units(a.epsilon.unwrap());
-                    prop_assert!(m.meets_at(k, s));
-                    prop_assert!(k == 1 || !m.meets_at(k - 1, s), "{:?}", a);
+                    prop_assert!(m.meets_at(k));
+                    prop_assert!(k == 1 || !m.meets_at(k - 1), "{:?}", a);
                 }
                 ItemStatus::Unreachable => {
                     if let Some(short) = a.shortfall {
@@ -737,14 +818,21 @@ proptest! {
     ) {
         let c = ctx(order, Sensitivity::REPLACE_ONE);
         let item = json!({"d": 2, "n": n, "mechanism": "exponential", "prior": [prior.0, prior.1], "target": {"l2": l2}});
-        with_setup(item.clone(), &c, |m, s| {
-            let Mech::Exponential { law, candidates } = m else { unreachable!() };
-            let optimistic = optimistic_selection(s.item);
-            let e = epsilon.min(candidates.max_epsilon());
-            let (o, x) = (optimistic.bounds(e, s.item.beta), law.bounds(e, s.item.beta));
-            prop_assert!(o.l2 <= x.l2 && o.cell_sd <= x.cell_sd, "{:?} {:?}", o, x);
+        with_candidate(item.clone(), &c, |m, s| {
+            use crate::release::mechanism::Mechanism;
+            use crate::release::mechanisms::exponential::Exponential;
+            let optimistic = Exponential::optimistic(&prior, &s.setup).unwrap();
+            // At the same spend: the optimistic bounds (a larger, uncapped ε, the smaller
+            // sensitivity) are below the exact ones.
+            let spend = units(epsilon).max(1);
+            if let (Some(o), Some(x)) = (
+                optimistic.bounds_within(spend),
+                m.units_within(spend).and_then(|u| m.bounds_at(u, s.setup.shape.n)),
+            ) {
+                prop_assert!(o.l2 <= x.l2 && o.cell_sd <= x.cell_sd, "{:?} {:?}", o, x);
+            }
             let a = one(item.clone(), &c);
-            match (exponential_cost_floor(s), a.status) {
+            match (optimistic.cost_floor(Some(l2), None), a.status) {
                 (Some(floor), ItemStatus::Planned) => prop_assert!(floor <= a.cost.unwrap()),
                 (None, status) => prop_assert_eq!(status, ItemStatus::Unreachable),
                 _ => {}

@@ -16,7 +16,8 @@ use dirichlet_release::http::error::ProblemType;
 use dirichlet_release::http::releases::plan_release;
 use dirichlet_release::ledger::{Dataset, Units};
 use dirichlet_release::privacy::{Order, Sensitivity};
-use dirichlet_release::release::request::{Context, Field, Kind, Request, RequestBody};
+use dirichlet_release::release::mechanisms::{self, EpsilonView, Kind};
+use dirichlet_release::release::request::{Context, Request, RequestBody};
 use serde_json::{json, Value};
 
 use super::Spec;
@@ -355,22 +356,17 @@ fn release_requests_are_judged_as_the_parser_judges_them() {
     assert!(failures.is_empty(), "\n  - {}", failures.join("\n  - "));
 }
 
-/// For every mechanism and every optional field: the schema takes the field exactly when the
-/// parser does (the parser's table, `Kind::fields`, with its exceptions: `order` only with
-/// `epsilon`, and never for a given `r`, `sigma` or `scale`).
+/// For every mechanism and every field (`order` and every mechanism field the registry
+/// declares): the schema takes the field exactly when the parser does — on the mechanism alone,
+/// with its needed fields, and with its noise given (where that turns `epsilon` into a cap).
 #[test]
 fn each_request_shape_takes_the_fields_its_mechanism_takes() {
     let spec = Spec::load();
     let request = schema("ReleaseRequest");
-    let value = |field: Field| match field {
-        Field::Order => json!(3),
-        Field::Prior => json!(1),
-        Field::R => json!(0.5),
-        Field::Alpha => json!(1),
-        Field::Sigma => json!(2),
-        Field::Scale => json!(2),
-        Field::LowerBound => json!(1),
-        Field::PriorShape => json!(1),
+    let value = |field: &str| match field {
+        "order" => json!(3),
+        "r" => json!(0.5),
+        _ => json!(1),
     };
     let ctx = Context {
         ledger_order: Order::new(2.0).unwrap(),
@@ -379,35 +375,46 @@ fn each_request_shape_takes_the_fields_its_mechanism_takes() {
         max_exponential_n: 100,
         cells: None,
     };
+    let mut fields = vec!["order"];
+    fields.extend(mechanisms::field_names());
     let mut failures = Vec::new();
     let mut accepted = 0;
-    for kind in Kind::ALL {
-        let counts = match kind {
-            Kind::Exponential => json!([7, 3]),
-            _ => json!([1, 2]),
+    for (kind, d) in Kind::ALL.into_iter().zip(mechanisms::describe()) {
+        let counts = if d.tables {
+            json!([1, 2])
+        } else {
+            json!([7, 3])
         };
-        // Every mechanism alone, then with each of its own required fields in turn, then with
-        // all of them: the bodies each field is added to.
-        let mut bases = vec![json!({"counts": counts, "epsilon": 2, "mechanism": kind.name()})];
-        match kind {
-            Kind::Diffuse => bases
-                .push(json!({"counts": counts, "epsilon": 2, "mechanism": "diffuse", "alpha": 1})),
-            Kind::Explicit => {
-                bases.push(json!({"counts": counts, "mechanism": "explicit", "alpha": 1, "r": 1}))
+        // Every mechanism alone, with its needed fields, and with its noise given: the bodies
+        // each field is added to.
+        let alone = json!({"counts": counts, "epsilon": 2, "mechanism": kind.name()});
+        let mut bases = vec![alone.clone()];
+        let needed: Vec<&str> = d
+            .fields
+            .iter()
+            .filter(|f| f.required)
+            .map(|f| f.name.as_str())
+            .collect();
+        if !needed.is_empty() {
+            let mut base = alone.clone();
+            if d.epsilon == EpsilonView::Cap {
+                base.as_object_mut().unwrap().remove("epsilon");
             }
-            Kind::Gaussian => {
-                bases.push(json!({"counts": counts, "mechanism": "gaussian", "sigma": 1}))
+            for f in &needed {
+                base[*f] = value(f);
             }
-            Kind::Laplace => {
-                bases.push(json!({"counts": counts, "mechanism": "laplace", "scale": 1}))
-            }
-            _ => {}
+            bases.push(base);
+        }
+        if let Some(noise) = &d.noise_field {
+            let mut base = json!({"counts": counts, "mechanism": kind.name()});
+            base[noise.as_str()] = value(noise);
+            bases.push(base);
         }
         for base in &bases {
             let mut bodies = vec![base.clone()];
-            for field in Field::ALL {
+            for field in &fields {
                 let mut body = base.clone();
-                body[field.name()] = value(field);
+                body[*field] = value(field);
                 bodies.push(body);
             }
             for body in bodies {
