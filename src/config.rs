@@ -38,6 +38,8 @@ pub struct Settings {
     pub max_stored_cells: u64,
     pub max_inflight_body_bytes: usize,
     pub write_timeout_ms: u64,
+    /// Threads of the planner's own pool (0: half the cores, at least one).
+    pub planner_threads: usize,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -120,6 +122,7 @@ impl Settings {
             "max_stored_cells",
             "max_inflight_body_bytes",
             "write_timeout_ms",
+            "planner_threads",
         ];
         const NUMERIC_KEYS: &[&str] = &[
             "max_dimension",
@@ -137,6 +140,7 @@ impl Settings {
             "max_stored_cells",
             "max_inflight_body_bytes",
             "write_timeout_ms",
+            "planner_threads",
         ];
         if let Some(url) = env("DATABASE_URL") {
             table.insert("database_url".into(), toml::Value::String(url));
@@ -214,6 +218,17 @@ impl Settings {
             }
         }
         Ok(())
+    }
+
+    /// The planner pool's threads: `planner_threads`, or half the cores (at least one), so that
+    /// plans never take every core from the sampler.
+    pub fn planner_threads(&self) -> usize {
+        match self.planner_threads {
+            0 => std::thread::available_parallelism()
+                .map_or(1, |n| n.get() / 2)
+                .max(1),
+            n => n,
+        }
     }
 
     pub fn request_timeout(&self) -> Duration {

@@ -33,6 +33,17 @@ pub enum StartupError {
     },
     #[error("invalid fingerprint_key: {0}")]
     FingerprintKey(String),
+    #[error("cannot start the planner's threads: {0}")]
+    Planner(String),
+}
+
+/// The planner's own thread pool (`Settings::planner_threads`).
+fn planner_pool(threads: usize) -> Result<rayon::ThreadPool, StartupError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("planner-{i}"))
+        .build()
+        .map_err(|e| StartupError::Planner(e.to_string()))
 }
 
 pub struct Application {
@@ -61,6 +72,7 @@ impl Application {
                     source,
                 })?;
         let settings_bodies = settings.max_inflight_body_bytes;
+        let planner_threads = settings.planner_threads();
         let state = AppState {
             store,
             settings: Arc::new(settings),
@@ -70,6 +82,7 @@ impl Application {
             tasks: TaskTracker::new(),
             caches: Default::default(),
             bodies: Arc::new(crate::http::limits::Bodies::new(settings_bodies)),
+            planner: Arc::new(planner_pool(planner_threads)?),
         };
         Ok(Application {
             listener,

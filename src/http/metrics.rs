@@ -19,6 +19,8 @@ pub struct Metrics {
     pub table_rows: IntCounterVec,
     pub refusals: IntCounterVec,
     pub replays: IntCounter,
+    /// Plans stopped because their request ended before they finished.
+    pub plans_cancelled: IntCounter,
     spent: GaugeVec,
     total: GaugeVec,
     release_count: IntGaugeVec,
@@ -80,6 +82,11 @@ impl Metrics {
             "Releases answered from storage for a retried Idempotency-Key",
         )
         .unwrap();
+        let plans_cancelled = IntCounter::new(
+            "dirichlet_plans_cancelled_total",
+            "Plans stopped because their request ended (timed out, client gone) first",
+        )
+        .unwrap();
         let spent = GaugeVec::new(
             Opts::new(
                 "dirichlet_budget_spent",
@@ -112,6 +119,7 @@ impl Metrics {
             Box::new(table_rows.clone()),
             Box::new(refusals.clone()),
             Box::new(replays.clone()),
+            Box::new(plans_cancelled.clone()),
             Box::new(spent.clone()),
             Box::new(total.clone()),
             Box::new(release_count.clone()),
@@ -127,6 +135,7 @@ impl Metrics {
             table_rows,
             refusals,
             replays,
+            plans_cancelled,
             spent,
             total,
             release_count,

@@ -11,6 +11,7 @@ pub mod datasets;
 pub mod error;
 pub mod extract;
 pub mod limits;
+pub mod mechanisms;
 pub mod metrics;
 pub mod openapi;
 pub mod ops;
@@ -53,6 +54,8 @@ pub struct AppState {
     pub caches: Arc<cache::Caches>,
     /// The allowance of large request bodies read and parsed at once.
     pub bodies: Arc<limits::Bodies>,
+    /// The planner's own threads (`plan`): plans never compete with the sampler's pool.
+    pub planner: Arc<rayon::ThreadPool>,
 }
 
 impl AppState {
@@ -80,6 +83,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .merge(datasets::router())
         .merge(allocations::router())
         .merge(plan::router())
+        .merge(mechanisms::router())
         .merge(audit::router())
         .merge(releases::router())
         .merge(tokens::router())

@@ -80,6 +80,10 @@ pub fn base() -> OpenApi {
         ("datasets", "Datasets and their privacy ledgers."),
         ("allocations", "Analysts' shares of a dataset's budget, under the dataset's cap."),
         ("planning", "Accuracy-first planning from public inputs: no counts, no charge."),
+        (
+            "mechanisms",
+            "The release mechanisms, their fields and what each supports, for clients to build on.",
+        ),
         ("releases", "Private releases of a dataset's distribution."),
         ("tokens", "Analyst tokens."),
         ("console", "The browser console's page and files (no authentication; the data stays behind the API)."),

@@ -5,6 +5,8 @@
 //! and the answer depends only on the request and the dataset's public parameters
 //! (`release::workload`).
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -18,7 +20,7 @@ use super::views::SortedJson;
 use super::AppState;
 use crate::ledger::Names;
 use crate::release::request::Context;
-use crate::release::workload::{plan_workload, PlanAnswer, PlanRequest};
+use crate::release::workload::{plan_workload_until, Cancel, PlanAnswer, PlanRequest};
 
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::default().routes(routes!(plan))
@@ -77,11 +79,38 @@ async fn plan(
         max_exponential_n: state.settings.max_exponential_n,
         cells: dataset.cells.as_ref().map(Names::len),
     };
-    // CPU-bound (calibrations, and rayon across the distinct items): off the async workers.
-    let answer =
-        tokio::task::spawn_blocking(move || plan_workload(&request, &ctx, Some(remaining)))
-            .await
-            .map_err(|e| ApiError::Internal(format!("planner task failed: {e}")))?
-            .map_err(|e| ApiError::invalid_field(&e.field, e.message))?;
-    Ok(SortedJson(answer))
+    // CPU-bound (calibrations, and rayon across the distinct items): off the async workers, on
+    // the planner's own pool (never the one large draws run on), and cancelled when this
+    // handler is dropped — the request timed out or the client went away — so that nobody's
+    // plan keeps the cores busy.
+    let cancel = Arc::new(Cancel::default());
+    let _cancel_on_drop = CancelOnDrop(cancel.clone());
+    let (pool, metrics) = (state.planner.clone(), state.metrics.clone());
+    let planned = tokio::task::spawn_blocking(move || {
+        let planned =
+            pool.install(|| plan_workload_until(&request, &ctx, Some(remaining), &cancel));
+        if let Ok(Err(_)) = &planned {
+            metrics.plans_cancelled.inc();
+        }
+        planned
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("planner task failed: {e}")))?
+    .map_err(|e| ApiError::invalid_field(&e.field, e.message))?;
+    match planned {
+        Ok(answer) => Ok(SortedJson(answer)),
+        // (Only after this handler was dropped, when nobody reads it.)
+        Err(_cancelled) => Err(ApiError::Timeout),
+    }
+}
+
+/// Cancels a plan when the handler that waits for it is dropped.
+struct CancelOnDrop(Arc<Cancel>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if !self.0.is_cancelled() {
+            self.0.cancel();
+        }
+    }
 }

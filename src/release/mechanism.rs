@@ -115,7 +115,7 @@ pub struct Context {
 // ------------------------------------------------------------------------------ fields
 
 /// How a mechanism field is written on the wire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Wire {
     /// One number.

@@ -939,6 +939,22 @@ async fn every_response_matches_the_description(backend: Backend) {
         spec.text,
         "the server serves openapi.yaml as it is in the repository"
     );
+    // The mechanisms: public, whatever is presented; every mechanism, one default.
+    let listed = api
+        .call("listMechanisms", "/v1/mechanisms")
+        .token("not-a-token")
+        .expect(200)
+        .await;
+    let names: Vec<&str> = listed.body["mechanisms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"dirichlet") && names.contains(&"exponential"),
+        "{names:?}"
+    );
 
     // ---------------------------------------------------------------- datasets
     let created = api

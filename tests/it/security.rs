@@ -767,6 +767,40 @@ async fn admin_tokens_that_cannot_sign_in_are_refused_at_start_up() {
     }
 }
 
+/// A plan whose request ends first stops: its work is cancelled, not left running on cores the
+/// sampler needs (a red-team finding: three 10,000-item plans kept two cores busy for 36
+/// CPU-seconds after their 503s). The plan here would take far longer than the request's 300 ms;
+/// the service answers 503 `timeout` and the planner reports the cancellation.
+async fn a_plan_whose_request_ends_is_cancelled(backend: Backend) {
+    let app = spawn_app_with(backend, |s| s.request_timeout_ms = 300).await;
+    let id = app.create_dataset(4.0, 10.0).await;
+    // Distinct items (identical ones are planned once), each a full search of every mechanism.
+    let items: Vec<Value> = (0..10_000)
+        .map(|i| json!({"d": 40, "n": 5000 + i, "target": {"l2": 0.02}}))
+        .collect();
+    let response = app
+        .post(
+            &format!("/v1/datasets/{id}/plan"),
+            ADMIN_TOKEN,
+            &json!({ "items": items }),
+        )
+        .await;
+    assert_problem(response, StatusCode::SERVICE_UNAVAILABLE, "timeout").await;
+    // The planner notices at its next step; wait for it (an event, not a duration).
+    let started = Instant::now();
+    loop {
+        let metrics = app.get("/metrics", ADMIN_TOKEN).await.text().await.unwrap();
+        if metrics.contains("dirichlet_plans_cancelled_total 1") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the plan was never cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 on_both_backends!(
     bodies_are_objects_and_problems_quote_nothing,
     two_idempotency_keys_are_refused,
@@ -778,4 +812,5 @@ on_both_backends!(
     header_sections_are_bounded,
     analysts_cannot_reach_other_releases_through_their_dataset,
     no_seed_is_accepted_or_exposed,
+    a_plan_whose_request_ends_is_cancelled,
 );

@@ -557,7 +557,8 @@ pub struct Description {
     pub forecast: Option<ForecastKind>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// How a mechanism reads `epsilon`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EpsilonView {
     Target,
@@ -572,15 +573,22 @@ pub enum EpsilonView {
 pub struct FieldView {
     pub name: String,
     /// `number`, or `number_or_numbers` (one number for every cell, or an array).
-    #[schema(value_type = String)]
     pub r#type: Wire,
     /// Needed in every request.
     pub required: bool,
     /// The value used when absent (absent: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
+    #[schema(schema_with = number_or_numbers)]
     pub default: Option<Value>,
     pub description: String,
+}
+
+fn number_or_numbers() -> SchemaRef {
+    schema::one_of([
+        schema::number().into(),
+        schema::array(schema::number()).min_items(Some(1)).into(),
+    ])
+    .into()
 }
 
 /// Every mechanism, in the registry's order.

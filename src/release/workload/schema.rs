@@ -87,22 +87,15 @@ fn values() -> SchemaRef {
     .into()
 }
 
+/// Open: each mechanism's draw names its own parameters (`Draw::parameters`).
 fn parameters() -> SchemaRef {
-    schema::closed()
+    schema::object()
         .description(Some(
-            "The calibrated parameters a release at the planned ε would run with.",
+            "The calibrated parameters a release at the planned ε would run with, named as in              the mechanism's record (`r` and `alpha` for the Dirichlet family, `sigma`, `scale`,              the exponential mechanism's Beta `prior` [α, β]...): each a number, or an array              of numbers (one per cell, or a pair).",
         ))
-        .property("r", schema::above(0.0))
-        .property("alpha", values())
-        .property(
-            "prior",
-            schema::array(schema::above(0.0))
-                .min_items(Some(2))
-                .max_items(Some(2))
-                .description(Some("The exponential mechanism's Beta prior [α, β].")),
-        )
-        .property("sigma", schema::above(0.0))
-        .property("scale", schema::above(0.0))
+        .additional_properties(Some(utoipa::openapi::schema::AdditionalProperties::RefOr(
+            values(),
+        )))
         .into()
 }
 
@@ -339,9 +332,10 @@ impl PartialSchema for PlanAnswer {
             .property("items", schema::array(schema::component("PlannedItem")))
             .property(
                 "total_cost",
-                schema::between(0.0, 8192.0).description(Some(
+                schema::between(0.0, 8192.0 * MAX_PLAN_ITEMS as f64).description(Some(
                     "The sum of the planned items' costs: what the releases would be charged, \
-                     exact on the ledger grid.",
+                     exact on the ledger grid. Each cost is at most the ledger's maximum (8192), \
+                     the sum of many may exceed it (and `fits` is then false).",
                 )),
             )
             .property(

@@ -841,3 +841,31 @@ proptest! {
         })?;
     }
 }
+
+/// A cancelled plan stops at its next step and says so, instead of answering: a plan set to
+/// cancel before it starts plans nothing, and one cancelled while it runs (a long list of
+/// distinct items) returns `Cancelled`, not a full answer.
+#[test]
+fn a_cancelled_plan_stops() {
+    let c = ctx(4.0, Sensitivity::REPLACE_ONE);
+    let r = request(json!({"items": [{"d": 3, "n": 10, "epsilon": 1}]}));
+    let cancel = Cancel::default();
+    cancel.cancel();
+    assert_eq!(
+        plan_workload_until(&r, &c, None, &cancel).unwrap(),
+        Err(Cancelled)
+    );
+    let items: Vec<serde_json::Value> = (0..2000)
+        .map(|i| json!({"d": 40, "n": 5000 + i, "target": {"l2": 0.02}}))
+        .collect();
+    let r = request(json!({ "items": items }));
+    let cancel = std::sync::Arc::new(Cancel::default());
+    let flag = cancel.clone();
+    let canceller = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        flag.cancel();
+    });
+    let planned = plan_workload_until(&r, &c, None, &cancel).unwrap();
+    canceller.join().unwrap();
+    assert_eq!(planned, Err(Cancelled));
+}

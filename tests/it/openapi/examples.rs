@@ -1059,6 +1059,7 @@ fn every_operation_declares_the_problems_its_route_can_return() {
         "readyz",
         "metrics",
         "openapi",
+        "listMechanisms",
         "console",
         "consoleAsset",
     ];
