@@ -49,6 +49,9 @@ pub(super) fn reachable(
         if target.get("cell_sd").is_some() {
             target["cell_sd"] = json!(1.25 * short.best.cell_sd);
         }
+        if let (Some(_), Some(kl)) = (target.get("kl"), short.best.kl) {
+            target["kl"] = json!(1.25 * kl);
+        }
         answer = one(item.clone(), c);
     }
     (item, answer)
@@ -71,6 +74,7 @@ fn frame<'a>(parsed: &Item, c: &Context, cancel: &'a Cancel) -> Frame<'a> {
             order: c.ledger_order,
             sens,
             beta: parsed.beta,
+            need: parsed.goal.need(),
         },
         goal: parsed.goal,
         cancel,
@@ -142,16 +146,7 @@ pub(super) fn release_plan(
             );
             let settings = M::settings(&own, self.c).unwrap();
             let cache = crate::release::mechanism::Cache::default();
-            M::wrap_spec(
-                M::at_epsilon(
-                    &settings,
-                    &self.item.shape,
-                    self.epsilon,
-                    self.setup.order,
-                    &cache,
-                )
-                .unwrap(),
-            )
+            M::wrap_spec(M::at_epsilon(&settings, &self.setup, self.epsilon, &cache).unwrap())
         }
     }
     let spec = kind.visit(Spec {
@@ -363,7 +358,7 @@ fn wire_types_parse_strictly_and_round_trip() {
         json!({"items": [{"d": 3, "n": 10, "epsilon": 1, "counts": [1, 2, 3]}]}),
         json!({"items": [{"d": 3, "n": 10, "epsilon": 1, "mechanism": "magic"}]}),
         json!({"items": [{"d": 3, "n": null, "epsilon": 1}]}),
-        json!({"items": [{"d": 3, "n": 10, "target": {"l2": 0.1, "kl": 1}}]}),
+        json!({"items": [{"d": 3, "n": 10, "target": {"l2": 0.1, "chi2": 1}}]}),
         json!({"items": [{"d": -3, "n": 10, "epsilon": 1}]}),
         json!({"items": [], "extra": 1}),
     ] {
@@ -793,7 +788,7 @@ proptest! {
                 }
                 ItemStatus::Unreachable => {
                     if let Some(short) = a.shortfall {
-                        let best = Bounds { l2: short.best.l2, cell_sd: short.best.cell_sd };
+                        let best = Bounds { l2: short.best.l2, cell_sd: short.best.cell_sd, kl: short.best.kl.unwrap_or(f64::INFINITY) };
                         prop_assert!(!s.meets(best));
                     }
                 }
