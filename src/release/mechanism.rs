@@ -460,9 +460,11 @@ pub struct Setup {
     pub sens: Sensitivity,
     /// β = 1 − confidence of the ℓ2 and KL targets.
     pub beta: f64,
-    /// Which bounds the item's target asks about (a mechanism may run differently for a KL
-    /// target: the additive baselines then smooth their output).
+    /// Which bounds the item's target asks about (every one for a forecast at a given ε).
     pub need: Need,
+    /// Whether the item's target asks for KL: a mechanism may then run differently (the
+    /// additive baselines smooth their output).
+    pub kl_target: bool,
 }
 
 impl Setup {

@@ -449,7 +449,7 @@ impl<L: Law> Mechanism for Additive<L> {
 fn planned_smoothing(settings: &Settings, s: &Setup) -> Smoothing {
     match settings.smoothing {
         Some(k) => Smoothing::Given(k),
-        None if s.need.kl => Smoothing::Planned {
+        None if s.kl_target => Smoothing::Planned {
             n: s.shape.n,
             beta: s.beta,
         },

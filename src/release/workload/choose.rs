@@ -202,6 +202,7 @@ pub fn plan_item(
             sens,
             beta: item.beta,
             need: item.goal.need(),
+            kl_target: matches!(item.goal, Goal::Target { kl: Some(_), .. }),
         },
         goal: item.goal,
         cancel,

@@ -75,6 +75,7 @@ fn frame<'a>(parsed: &Item, c: &Context, cancel: &'a Cancel) -> Frame<'a> {
             sens,
             beta: parsed.beta,
             need: parsed.goal.need(),
+            kl_target: matches!(parsed.goal, super::item::Goal::Target { kl: Some(_), .. }),
         },
         goal: parsed.goal,
         cancel,
@@ -863,4 +864,32 @@ fn a_cancelled_plan_stops() {
     let planned = plan_workload_until(&r, &c, None, &cancel).unwrap();
     canceller.join().unwrap();
     assert_eq!(planned, Err(Cancelled));
+}
+
+/// Smoothing is for a KL target: at a given ε (and for an ℓ2 target) the baselines keep their
+/// projection, with its ℓ2 and cell bounds and no pseudo-count; a KL target smooths them.
+#[test]
+fn only_a_kl_target_smooths_the_baselines() {
+    let c = ctx(2.0, Sensitivity::REPLACE_ONE);
+    for mech in ["gaussian", "laplace"] {
+        for item in [
+            json!({"d": 6, "n": 500, "mechanism": mech, "epsilon": 0.5}),
+            json!({"d": 6, "n": 500, "mechanism": mech, "target": {"l2": 0.1}}),
+        ] {
+            let a = one(item.clone(), &c);
+            let p = a.parameters.as_ref().unwrap();
+            assert!(!p.contains_key("smoothing"), "{item}: {a:?}");
+            assert!(
+                a.forecast.unwrap().l2 < crate::privacy::accuracy::MAX_L2,
+                "{item}"
+            );
+            assert_eq!(a.forecast.unwrap().kl, None, "{item}");
+        }
+        let a = one(
+            json!({"d": 6, "n": 500, "mechanism": mech, "target": {"kl": 0.1}}),
+            &c,
+        );
+        assert!(a.parameters.unwrap().contains_key("smoothing"), "{mech}");
+        assert!(a.forecast.unwrap().kl.unwrap() <= 0.1);
+    }
 }
