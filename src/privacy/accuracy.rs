@@ -366,34 +366,39 @@ pub(crate) fn dirichlet_variance_quadratic(a0: f64) -> (f64, f64) {
 
 // ------------------------------------------------------------------------------ baselines
 
-/// Integer noise added to every count by the baselines (`privacy::discrete`), then z/Σz
-/// projected onto the simplex (`baseline::project_to_simplex`).
+/// One integer noise law, as the baselines' bounds need it: its moments and tails. The baselines
+/// add it to every count (`privacy::discrete`), then project z/Σz onto the simplex
+/// (`baseline::project_to_simplex`) or smooth it. A mechanism adding noise of its own law
+/// implements this for that law (beside the law, in its own module) and gets every bound of
+/// [`Noise`] from it: nothing here lists the laws.
+pub trait NoiseTail: Copy + std::fmt::Debug {
+    /// E[e²] and E[e⁴].
+    fn moments(&self) -> (f64, f64);
+    /// The noise's scale parameter (σ, b): where the searches for a pseudo-count and a Chernoff
+    /// parameter start (its variance can be far smaller: a σ of 0.05 draws 0 all but e⁻²⁰⁰ of
+    /// the time).
+    fn scale(&self) -> f64;
+    /// M with d·P(|e| > M) ≤ β.
+    fn max_quantile(&self, d: usize, beta: f64) -> f64;
+    /// E[e^{θw}] − 1 for one cell's w = e⁺ + ℓ·e⁻, an upper bound (∞ where it diverges).
+    fn w_mgf_minus_one(&self, theta: f64, ell: f64) -> f64;
+    /// ln of the largest θ worth trying in the Chernoff bound on Σw (below any pole).
+    fn w_ln_theta_max(&self, ell: f64) -> f64;
+    /// s with P(S ≤ −s) ≤ β for the sum S of d independent noises.
+    fn sum_margin(&self, d: usize, beta: f64) -> f64;
+    /// A bound on P(S ≤ −s) for s > 0 (values above 1 or NaN are read as 1).
+    fn sum_tail(&self, d: usize, s: f64) -> f64;
+    /// A quantile of the quadratic form ‖Me‖₂² at a vertex sharper than Cantelli's and Markov's,
+    /// where the law has one (sub-Gaussian noise: Hsu–Kakade–Zhang).
+    fn quadratic_quantile(&self, _d: usize, _beta: f64) -> Option<f64> {
+        None
+    }
+}
+
+/// The worst-case bounds of an additive release with noise of law `T`; a law that could not be
+/// built (a non-finite or non-positive scale) gives NaN bounds, which no target accepts.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Noise {
-    /// The discrete Gaussian N_ℤ(0, σ²).
-    Gaussian { sigma: f64 },
-    /// The discrete Laplace L_ℤ(b).
-    Laplace { scale: f64 },
-}
-
-/// The moments and tails of one noise law the bounds use.
-#[derive(Debug, Clone, Copy)]
-struct Law {
-    /// E[e²].
-    v: f64,
-    /// E[e⁴].
-    mu4: f64,
-    tail: Tail,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Tail {
-    /// E[e^{te}] ≤ e^{t²σ²/2} for all t (CKS20: the discrete Gaussian is σ²-subgaussian).
-    SubGaussian { proxy: f64 },
-    /// The discrete Laplace's exact moment generating function, p = e^{−u}, u = 1/b:
-    /// M(t) = (1 − p)²/((1 − pe^t)(1 − pe^{−t})) for |t| < u.
-    Laplace { u: f64, one_minus_p: f64 },
-}
+pub struct Noise<T>(Option<T>);
 
 /// The split of β between the event "the noisy total is too small" (a fraction f of β) and
 /// "the noise vector is too long" (the rest); every split is a valid bound, the smallest wins.
@@ -401,39 +406,14 @@ const SPLITS: [f64; 4] = [0.01, 0.05, 0.2, 0.5];
 /// The margins s = f·n of the total tried by the cell bound.
 const MARGINS: [f64; 6] = [0.001, 0.01, 0.05, 0.15, 0.3, 0.5];
 
-impl Noise {
-    fn law(&self) -> Option<Law> {
-        match *self {
-            Noise::Gaussian { sigma } if sigma.is_finite() && sigma > 0.0 => {
-                // The sampler's σ² is σ·σ rounded up by one ulp (`discrete::DiscreteGaussian`).
-                let var = sigma * sigma * (1.0 + 4.0 * f64::EPSILON);
-                let (v, mu4) = discrete_gaussian_moments(sigma);
-                Some(Law {
-                    v,
-                    mu4,
-                    tail: Tail::SubGaussian { proxy: var },
-                })
-            }
-            Noise::Laplace { scale } if scale.is_finite() && scale > 0.0 => {
-                let u = 1.0 / scale;
-                let p = (-u).exp();
-                let one_minus_p = -(-u).exp_m1();
-                let v = 2.0 * p / (one_minus_p * one_minus_p);
-                let mu4 = 2.0 * p * (1.0 + p * (11.0 + p * (11.0 + p)))
-                    / ((1.0 + p) * one_minus_p.powi(4));
-                Some(Law {
-                    v,
-                    mu4,
-                    tail: Tail::Laplace { u, one_minus_p },
-                })
-            }
-            _ => None,
-        }
+impl<T: NoiseTail> Noise<T> {
+    pub fn new(law: Option<T>) -> Noise<T> {
+        Noise(law)
     }
 
     /// E[e²] and E[e⁴] of one cell's noise.
     pub fn moments(&self) -> Option<(f64, f64)> {
-        self.law().map(|l| (l.v, l.mu4))
+        self.0.map(|l| l.moments())
     }
 
     /// The bounds at total n and confidence 1 − β of the projected release (whose zeros leave
@@ -454,7 +434,7 @@ impl Noise {
     /// with ℓ = ln(M/k)⁺, so KL ≤ (dk + W)/n, W = Σ(eᵢ⁺ + ℓeᵢ⁻). A union bound: P(max|eᵢ| >
     /// M) ≤ fβ, Chernoff P(W > a) ≤ (1 − f)β; the best of a few splits f. ∞ for n = 0 or k ≤ 0.
     pub fn smoothed_kl(&self, d: usize, n: f64, beta: f64, k: f64) -> f64 {
-        let Some(law) = self.law() else {
+        let Some(law) = self.0 else {
             return f64::NAN;
         };
         if !(n > 0.0 && n.is_finite() && d >= 1 && beta > 0.0 && beta < 1.0 && k > 0.0) {
@@ -465,7 +445,7 @@ impl Noise {
         for f in SPLITS {
             let m = law.max_quantile(d, f * beta);
             let ell = if m > k { (m / k).ln() } else { 0.0 };
-            let a = law.w_quantile(df, ell, (1.0 - f) * beta);
+            let a = w_quantile(&law, df, ell, (1.0 - f) * beta);
             best = best.min((df * k + a) / n);
         }
         inflate(best)
@@ -475,40 +455,23 @@ impl Noise {
     /// any k is a valid choice, this one only the tightest found). Public: it depends on the
     /// noise, d, n and β, never on counts.
     pub fn best_smoothing(&self, d: usize, n: f64, beta: f64) -> f64 {
-        let Some(law) = self.law() else {
+        let Some(law) = self.0 else {
             return f64::NAN;
         };
         let scale = law.scale();
         let kl = |lnk: f64| self.smoothed_kl(d, n, beta, lnk.exp());
-        let (mut a, mut b) = ((scale * 1e-4).ln(), (scale * 1e2).ln());
-        let g = 0.5 * (5f64.sqrt() - 1.0);
-        let (mut c, mut e) = (b - g * (b - a), a + g * (b - a));
-        let (mut fc, mut fe) = (kl(c), kl(e));
-        for _ in 0..40 {
-            if fc <= fe {
-                b = e;
-                e = c;
-                fe = fc;
-                c = b - g * (b - a);
-                fc = kl(c);
-            } else {
-                a = c;
-                c = e;
-                fc = fe;
-                e = a + g * (b - a);
-                fe = kl(e);
-            }
-        }
-        (if fc <= fe { c } else { e }).exp()
+        golden_min(kl, (scale * 1e-4).ln(), (scale * 1e2).ln(), 40)
+            .0
+            .exp()
     }
 
     /// ‖y − p‖₂ at confidence 1 − β for y = proj(z/Σz), z = x + e, every x with total n: with
     /// S = Σe and M = I − p1ᵀ, z/Σz − p = Me/(n + S), and the projection onto the simplex is
     /// non-expansive and fixes p, so on {S ≥ −s} (s < n), ‖y − p‖₂ ≤ ‖Me‖₂/(n − s). A union
-    /// bound over P(S < −s) ≤ fβ and P(‖Me‖² > q) ≤ (1 − f)β ([`Self::quadratic_quantile`],
+    /// bound over P(S < −s) ≤ fβ and P(‖Me‖² > q) ≤ (1 − f)β ([`quadratic_quantile`],
     /// worst case p one-hot) gives √q/(n − s) for each split f; the smallest is returned.
     pub fn l2(&self, d: usize, n: f64, beta: f64) -> f64 {
-        let Some(law) = self.law() else {
+        let Some(law) = self.0 else {
             return f64::NAN;
         };
         if !(n > 0.0 && n.is_finite() && d >= 2 && beta > 0.0 && beta < 1.0) {
@@ -522,7 +485,7 @@ impl Noise {
             if s.is_nan() || s >= n {
                 continue;
             }
-            let q = law.quadratic_quantile(d, b_quad);
+            let q = quadratic_quantile(&law, d, b_quad);
             best = best.min(q.sqrt() / (n - s));
         }
         inflate(best).min(MAX_L2)
@@ -532,220 +495,310 @@ impl Noise {
     /// (yᵢ − pᵢ)² ≤ (1 − 1/d)‖y − p‖², on {S ≥ −s} as in [`Self::l2`], and (yᵢ − pᵢ)² ≤ 1
     /// elsewhere; E‖Me‖² ≤ 2(d − 1)E[e²] (p one-hot). The best of a few margins s = f·n.
     pub fn cell_sd(&self, d: usize, n: f64) -> f64 {
-        let Some(law) = self.law() else {
+        let Some(law) = self.0 else {
             return f64::NAN;
         };
         if !(n > 0.0 && n.is_finite() && d >= 2) {
             return MAX_CELL_SD;
         }
         let dm1 = d as f64 - 1.0;
-        let mean_quad = 2.0 * dm1 * law.v;
+        let mean_quad = 2.0 * dm1 * law.moments().0;
         // (yᵢ − pᵢ)² ≤ 1 always.
         let mut best: f64 = 1.0;
         for f in MARGINS {
             let s = f * n;
-            let var = (1.0 - 1.0 / d as f64) * mean_quad / ((n - s) * (n - s)) + law.sum_tail(d, s);
+            let var =
+                (1.0 - 1.0 / d as f64) * mean_quad / ((n - s) * (n - s)) + sum_tail(&law, d, s);
             best = best.min(var);
         }
         inflate(best.sqrt()).min(MAX_CELL_SD)
     }
 }
 
-impl Law {
-    /// The noise's scale parameter: σ of the discrete Gaussian, b of the discrete Laplace (its
-    /// variance can be far smaller: a σ of 0.05 draws 0 all but e⁻²⁰⁰ of the time).
+/// The minimum of a unimodal `f` on [a, b] by golden-section search: (argmin, min).
+fn golden_min(f: impl Fn(f64) -> f64, mut a: f64, mut b: f64, steps: usize) -> (f64, f64) {
+    let g = 0.5 * (5f64.sqrt() - 1.0);
+    let (mut c, mut e) = (b - g * (b - a), a + g * (b - a));
+    let (mut fc, mut fe) = (f(c), f(e));
+    for _ in 0..steps {
+        if fc <= fe {
+            b = e;
+            e = c;
+            fe = fc;
+            c = b - g * (b - a);
+            fc = f(c);
+        } else {
+            a = c;
+            c = e;
+            fc = fe;
+            e = a + g * (b - a);
+            fe = f(e);
+        }
+    }
+    if fc <= fe {
+        (c, fc)
+    } else {
+        (e, fe)
+    }
+}
+
+/// A bound on P(S ≤ −s) (1 for s ≤ 0 and wherever the law's bound says nothing).
+fn sum_tail<T: NoiseTail>(law: &T, d: usize, s: f64) -> f64 {
+    if s.is_nan() || s <= 0.0 {
+        return 1.0;
+    }
+    let value = law.sum_tail(d, s);
+    if value.is_nan() {
+        1.0
+    } else {
+        value.min(1.0)
+    }
+}
+
+/// a with P(W > a) ≤ β for W = Σᵢ (eᵢ⁺ + ℓ·eᵢ⁻) over d cells (Chernoff,
+/// a = min_θ (ln(1/β) + d·ln E[e^{θw}])/θ, golden-section search in ln θ over a wide bracket).
+fn w_quantile<T: NoiseTail>(law: &T, d: f64, ell: f64, beta: f64) -> f64 {
+    let l = (1.0 / beta).ln();
+    let objective = |ln_theta: f64| {
+        let theta = ln_theta.exp();
+        let m = law.w_mgf_minus_one(theta, ell);
+        if !(m.is_finite() && m > -1.0) {
+            return f64::INFINITY;
+        }
+        (l + d * m.ln_1p()) / theta
+    };
+    let hi = law.w_ln_theta_max(ell);
+    let lo = (1e-6 / law.scale()).ln().min(hi - 1.0);
+    golden_min(objective, lo, hi, 60).1
+}
+
+/// q with P(‖Me‖₂² > q) ≤ β for every p in the simplex. At p = e_k, ‖Me‖² =
+/// Σ_{i≠k} eᵢ² + (Σ_{i≠k} eᵢ)²; with m = d − 1, E = 2mv and Var = 2v²(m² + 3m) +
+/// 4m(μ₄ − 3v²) (the quadratic form eᵀAe, A = MᵀM, has E = v·tr A and Var = 2v² tr A² +
+/// (μ₄ − 3v²)Σ A_ii²; tr A, tr A² and Σ A_ii² are each largest at a vertex). Cantelli;
+/// Markov; and the law's own bound where it has one. The smallest.
+fn quadratic_quantile<T: NoiseTail>(law: &T, d: usize, beta: f64) -> f64 {
+    let m = d as f64 - 1.0;
+    let (v, mu4) = law.moments();
+    let mean = 2.0 * m * v;
+    let var = 2.0 * v * v * (m * m + 3.0 * m) + 4.0 * m * (mu4 - 3.0 * v * v).max(0.0);
+    let cantelli = mean + (var * (1.0 - beta) / beta).sqrt();
+    let markov = mean / beta;
+    let q = cantelli.min(markov);
+    match law.quadratic_quantile(d, beta) {
+        Some(own) => q.min(own),
+        None => q,
+    }
+}
+
+/// The discrete Gaussian N_ℤ(0, σ²) of the `gaussian` baseline (CKS20).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DiscreteGaussianTail {
+    /// The variance proxy: E[e^{te}] ≤ e^{t²·proxy/2} for all t (σ²-subgaussian, CKS20).
+    proxy: f64,
+    v: f64,
+    mu4: f64,
+}
+
+impl DiscreteGaussianTail {
+    /// None unless σ is finite and positive.
+    pub fn new(sigma: f64) -> Option<DiscreteGaussianTail> {
+        if !(sigma.is_finite() && sigma > 0.0) {
+            return None;
+        }
+        // The sampler's σ² is σ·σ rounded up by one ulp (`discrete::DiscreteGaussian`).
+        let proxy = sigma * sigma * (1.0 + 4.0 * f64::EPSILON);
+        let (v, mu4) = discrete_gaussian_moments(sigma);
+        Some(DiscreteGaussianTail { proxy, v, mu4 })
+    }
+}
+
+impl NoiseTail for DiscreteGaussianTail {
+    fn moments(&self) -> (f64, f64) {
+        (self.v, self.mu4)
+    }
+
     fn scale(&self) -> f64 {
-        match self.tail {
-            Tail::SubGaussian { proxy } => proxy.sqrt(),
-            Tail::Laplace { u, .. } => 1.0 / u,
-        }
+        self.proxy.sqrt()
     }
 
-    /// M with d·P(|e| > M) ≤ β: the discrete Gaussian's tail P(|e| ≥ s) ≤ 2e^{−s²/(2σ²)}
-    /// (sub-Gaussian, CKS20), the discrete Laplace's exactly P(|e| > M) = 2p^{M+1}/(1 + p).
+    /// The tail P(|e| ≥ s) ≤ 2e^{−s²/(2σ²)} (sub-Gaussian, CKS20).
     fn max_quantile(&self, d: usize, beta: f64) -> f64 {
-        let df = d as f64;
-        match self.tail {
-            Tail::SubGaussian { proxy } => (2.0 * proxy * (2.0 * df / beta).ln()).sqrt(),
-            Tail::Laplace { u, .. } => {
-                let p = (-u).exp();
-                // 2d·p^{M+1}/(1 + p) ≤ β ⇔ (M + 1)·u ≥ ln(2d/(β(1 + p))).
-                let need = (2.0 * df / (beta * (1.0 + p))).ln() / u;
-                (need.ceil() - 1.0).max(0.0)
-            }
-        }
+        (2.0 * self.proxy * (2.0 * d as f64 / beta).ln()).sqrt()
     }
 
-    /// a with P(W > a) ≤ β for W = Σᵢ (eᵢ⁺ + ℓ·eᵢ⁻) over d cells (Chernoff,
-    /// a = min_θ (ln(1/β) + d·ln E[e^{θw}])/θ). E[e^{θw}] = E[e^{θe⁺}] + E[e^{θℓe⁻}] − 1 (the two
-    /// parts are never both non-zero); for the discrete Laplace both are exact geometric sums,
-    /// for the discrete Gaussian E[e^{θe⁺}] ≤ e^{θ²σ²/2} + θ·E[e⁻] (E[e^{θe}] ≤ e^{θ²σ²/2},
-    /// and e^{θe} ≥ 1 + θe where e ≤ 0) with E[e⁻] = E|e|/2 bounded in [`half_abs_mean`].
-    fn w_quantile(&self, d: f64, ell: f64, beta: f64) -> f64 {
-        let l = (1.0 / beta).ln();
-        let mgf = |theta: f64| -> f64 {
-            match self.tail {
-                Tail::SubGaussian { proxy } => {
-                    let mu = half_abs_mean(proxy);
-                    (0.5 * theta * theta * proxy).exp_m1()
-                        + (0.5 * theta * theta * ell * ell * proxy).exp_m1()
-                        + theta * (1.0 + ell) * mu
-                }
-                Tail::Laplace { u, .. } => {
-                    let p = (-u).exp();
-                    // E[e^{s·e⁺}] − 1 = (1 − p)/(1 + p)·q/(1 − q) − p/(1 + p)·…, with q = pe^s:
-                    // P(e ≤ 0) + Σ_{j≥1} P(j)e^{sj} − 1 = ((1 − p)/(1 + p))·(q/(1 − q) − p/(1 − p)).
-                    let part = |s: f64| -> f64 {
-                        if s >= u {
-                            return f64::INFINITY;
-                        }
-                        let one_minus_q = -(s - u).exp_m1();
-                        let q = 1.0 - one_minus_q;
-                        let one_minus_p = -(-u).exp_m1();
-                        (one_minus_p / (1.0 + p)) * (q / one_minus_q - p / one_minus_p)
-                    };
-                    part(theta) + part(theta * ell)
-                }
-            }
-        };
-        // ln E[e^{θw}] = ln(1 + mgf(θ)); golden-section search in ln θ over a wide bracket.
-        let objective = |ln_theta: f64| {
-            let theta = ln_theta.exp();
-            let m = mgf(theta);
-            if !(m.is_finite() && m > -1.0) {
+    /// E[e^{θe⁺}] ≤ e^{θ²σ²/2} + θ·E[e⁻] (E[e^{θe}] ≤ e^{θ²σ²/2}, and e^{θe} ≥ 1 + θe where
+    /// e ≤ 0) with E[e⁻] = E|e|/2 bounded in [`half_abs_mean`]; E[e^{θw}] = E[e^{θe⁺}] +
+    /// E[e^{θℓe⁻}] − 1 (the two parts are never both non-zero).
+    fn w_mgf_minus_one(&self, theta: f64, ell: f64) -> f64 {
+        let mu = half_abs_mean(self.proxy);
+        (0.5 * theta * theta * self.proxy).exp_m1()
+            + (0.5 * theta * theta * ell * ell * self.proxy).exp_m1()
+            + theta * (1.0 + ell) * mu
+    }
+
+    fn w_ln_theta_max(&self, _ell: f64) -> f64 {
+        (1e3 / self.scale()).ln()
+    }
+
+    fn sum_margin(&self, d: usize, beta: f64) -> f64 {
+        (2.0 * d as f64 * self.proxy * (1.0 / beta).ln()).sqrt()
+    }
+
+    fn sum_tail(&self, d: usize, s: f64) -> f64 {
+        (-s * s / (2.0 * d as f64 * self.proxy)).exp()
+    }
+
+    /// Hsu–Kakade–Zhang with tr A = 2m, tr A² = m² + 3m, ‖A‖ = d (m = d − 1).
+    fn quadratic_quantile(&self, d: usize, beta: f64) -> Option<f64> {
+        let m = d as f64 - 1.0;
+        let t = (1.0 / beta).ln();
+        Some(self.proxy * (2.0 * m + 2.0 * ((m * m + 3.0 * m) * t).sqrt() + 2.0 * (m + 1.0) * t))
+    }
+}
+
+/// The discrete Laplace L_ℤ(b) of the `laplace` baseline, P(y) ∝ p^{|y|}, p = e^{−u}, u = 1/b,
+/// with its exact moment generating function M(t) = (1 − p)²/((1 − pe^t)(1 − pe^{−t})) for
+/// |t| < u.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DiscreteLaplaceTail {
+    u: f64,
+    one_minus_p: f64,
+    v: f64,
+    mu4: f64,
+}
+
+impl DiscreteLaplaceTail {
+    /// None unless b is finite and positive.
+    pub fn new(scale: f64) -> Option<DiscreteLaplaceTail> {
+        if !(scale.is_finite() && scale > 0.0) {
+            return None;
+        }
+        let u = 1.0 / scale;
+        let p = (-u).exp();
+        let one_minus_p = -(-u).exp_m1();
+        let v = 2.0 * p / (one_minus_p * one_minus_p);
+        let mu4 = 2.0 * p * (1.0 + p * (11.0 + p * (11.0 + p))) / ((1.0 + p) * one_minus_p.powi(4));
+        Some(DiscreteLaplaceTail {
+            u,
+            one_minus_p,
+            v,
+            mu4,
+        })
+    }
+
+    fn p(&self) -> f64 {
+        (-self.u).exp()
+    }
+}
+
+impl NoiseTail for DiscreteLaplaceTail {
+    fn moments(&self) -> (f64, f64) {
+        (self.v, self.mu4)
+    }
+
+    fn scale(&self) -> f64 {
+        1.0 / self.u
+    }
+
+    /// Exactly P(|e| > M) = 2p^{M+1}/(1 + p).
+    fn max_quantile(&self, d: usize, beta: f64) -> f64 {
+        let p = self.p();
+        // 2d·p^{M+1}/(1 + p) ≤ β ⇔ (M + 1)·u ≥ ln(2d/(β(1 + p))).
+        let need = (2.0 * d as f64 / (beta * (1.0 + p))).ln() / self.u;
+        (need.ceil() - 1.0).max(0.0)
+    }
+
+    /// Both parts exact geometric sums: E[e^{s·e⁺}] − 1 = P(e ≤ 0) + Σ_{j≥1} P(j)e^{sj} − 1 =
+    /// ((1 − p)/(1 + p))·(q/(1 − q) − p/(1 − p)) with q = pe^s (∞ from s = u on).
+    fn w_mgf_minus_one(&self, theta: f64, ell: f64) -> f64 {
+        let (u, p, one_minus_p) = (self.u, self.p(), self.one_minus_p);
+        let part = |s: f64| -> f64 {
+            if s >= u {
                 return f64::INFINITY;
             }
-            (l + d * m.ln_1p()) / theta
+            let one_minus_q = -(s - u).exp_m1();
+            let q = 1.0 - one_minus_q;
+            (one_minus_p / (1.0 + p)) * (q / one_minus_q - p / one_minus_p)
         };
-        let scale = self.scale();
-        let hi = match self.tail {
-            Tail::Laplace { u, .. } => (u * (1.0 - 1e-9) / ell.max(1.0)).ln(),
-            Tail::SubGaussian { .. } => (1e3 / scale).ln(),
-        };
-        let (mut a, mut b) = ((1e-6 / scale).ln().min(hi - 1.0), hi);
-        let g = 0.5 * (5f64.sqrt() - 1.0);
-        let (mut c, mut e) = (b - g * (b - a), a + g * (b - a));
-        let (mut fc, mut fe) = (objective(c), objective(e));
-        for _ in 0..60 {
-            if fc <= fe {
-                b = e;
-                e = c;
-                fe = fc;
-                c = b - g * (b - a);
-                fc = objective(c);
-            } else {
-                a = c;
-                c = e;
-                fc = fe;
-                e = a + g * (b - a);
-                fe = objective(e);
-            }
-        }
-        fc.min(fe)
+        part(theta) + part(theta * ell)
     }
 
-    /// q with P(‖Me‖₂² > q) ≤ β for every p in the simplex. At p = e_k, ‖Me‖² =
-    /// Σ_{i≠k} eᵢ² + (Σ_{i≠k} eᵢ)²; with m = d − 1, E = 2mv and Var = 2v²(m² + 3m) +
-    /// 4m(μ₄ − 3v²) (the quadratic form eᵀAe, A = MᵀM, has E = v·tr A and Var = 2v² tr A² +
-    /// (μ₄ − 3v²)Σ A_ii²; tr A, tr A² and Σ A_ii² are each largest at a vertex). Cantelli;
-    /// Markov; and for sub-Gaussian noise Hsu–Kakade–Zhang with tr A = 2m, tr A² = m² + 3m,
-    /// ‖A‖ = d. The smallest.
-    fn quadratic_quantile(&self, d: usize, beta: f64) -> f64 {
-        let m = d as f64 - 1.0;
-        let v = self.v;
-        let mean = 2.0 * m * v;
-        let var = 2.0 * v * v * (m * m + 3.0 * m) + 4.0 * m * (self.mu4 - 3.0 * v * v).max(0.0);
-        let cantelli = mean + (var * (1.0 - beta) / beta).sqrt();
-        let markov = mean / beta;
-        let mut q = cantelli.min(markov);
-        if let Tail::SubGaussian { proxy } = self.tail {
-            let t = (1.0 / beta).ln();
-            let hkz =
-                proxy * (2.0 * m + 2.0 * ((m * m + 3.0 * m) * t).sqrt() + 2.0 * (m + 1.0) * t);
-            q = q.min(hkz);
-        }
-        q
+    fn w_ln_theta_max(&self, ell: f64) -> f64 {
+        (self.u * (1.0 - 1e-9) / ell.max(1.0)).ln()
     }
 
-    /// s with P(S ≤ −s) ≤ β for the sum S of d independent noises (Chernoff).
     fn sum_margin(&self, d: usize, beta: f64) -> f64 {
+        let (u, p) = (self.u, self.p());
         let l = (1.0 / beta).ln();
         let df = d as f64;
-        match self.tail {
-            Tail::SubGaussian { proxy } => (2.0 * df * proxy * l).sqrt(),
-            Tail::Laplace { u, .. } => {
-                let p = (-u).exp();
-                // S ≤ −s < 0 needs a non-zero noise, P ≤ 2dp/(1 + p): a scale so small that
-                // this is already below β needs no margin.
-                if 2.0 * df * p / (1.0 + p) <= beta {
-                    return f64::MIN_POSITIVE;
-                }
-                // Chernoff with ln M(t) ≤ h(t₀)t²/2 on [0, t₀]: h = (ln M)″,
-                // h(t) = Σ_k k p^k (e^{kt} + e^{−kt}), is even and convex, so increasing on
-                // t ≥ 0, and ln M(0) = (ln M)′(0) = 0. Then P(S ≤ −s) ≤ β at
-                // s = √(2d·h(t₀)·ln(1/β)) when its optimal t, s/(d·h(t₀)), is ≤ t₀, else at
-                // s = (ln(1/β) + d·h(t₀)t₀²/2)/t₀. Any t₀ < u is valid; the best of six.
-                let h = |t: f64| {
-                    // p·e^{±t}/(1 − p·e^{±t})², with 1 − p·e^{±t} = −expm1(±t − u).
-                    let up = -(t - u).exp_m1();
-                    let down = -(-t - u).exp_m1();
-                    p * t.exp() / (up * up) + p * (-t).exp() / (down * down)
-                };
-                let guess = (2.0 * l / (df * self.v)).sqrt();
-                [guess, 1.5 * guess, 2.5 * guess, 0.25 * u, 0.5 * u, 0.8 * u]
-                    .into_iter()
-                    .filter(|t0| *t0 > 0.0 && *t0 < u)
-                    .map(|t0| {
-                        let h0 = h(t0);
-                        let s = (2.0 * df * h0 * l).sqrt();
-                        if s / (df * h0) <= t0 {
-                            s
-                        } else {
-                            (l + 0.5 * df * h0 * t0 * t0) / t0
-                        }
-                    })
-                    .filter(|s| s.is_finite())
-                    .fold(f64::INFINITY, f64::min)
-            }
+        // S ≤ −s < 0 needs a non-zero noise, P ≤ 2dp/(1 + p): a scale so small that this is
+        // already below β needs no margin.
+        if 2.0 * df * p / (1.0 + p) <= beta {
+            return f64::MIN_POSITIVE;
         }
+        // Chernoff with ln M(t) ≤ h(t₀)t²/2 on [0, t₀]: h = (ln M)″,
+        // h(t) = Σ_k k p^k (e^{kt} + e^{−kt}), is even and convex, so increasing on
+        // t ≥ 0, and ln M(0) = (ln M)′(0) = 0. Then P(S ≤ −s) ≤ β at
+        // s = √(2d·h(t₀)·ln(1/β)) when its optimal t, s/(d·h(t₀)), is ≤ t₀, else at
+        // s = (ln(1/β) + d·h(t₀)t₀²/2)/t₀. Any t₀ < u is valid; the best of six.
+        let h = |t: f64| {
+            // p·e^{±t}/(1 − p·e^{±t})², with 1 − p·e^{±t} = −expm1(±t − u).
+            let up = -(t - u).exp_m1();
+            let down = -(-t - u).exp_m1();
+            p * t.exp() / (up * up) + p * (-t).exp() / (down * down)
+        };
+        let guess = (2.0 * l / (df * self.v)).sqrt();
+        [guess, 1.5 * guess, 2.5 * guess, 0.25 * u, 0.5 * u, 0.8 * u]
+            .into_iter()
+            .filter(|t0| *t0 > 0.0 && *t0 < u)
+            .map(|t0| {
+                let h0 = h(t0);
+                let s = (2.0 * df * h0 * l).sqrt();
+                if s / (df * h0) <= t0 {
+                    s
+                } else {
+                    (l + 0.5 * df * h0 * t0 * t0) / t0
+                }
+            })
+            .filter(|s| s.is_finite())
+            .fold(f64::INFINITY, f64::min)
     }
 
-    /// A bound on P(S ≤ −s) (Chernoff at its optimal t; 1 for s ≤ 0).
+    /// Chernoff at its optimal t, and P(S ≠ 0) for a tiny scale.
     fn sum_tail(&self, d: usize, s: f64) -> f64 {
-        if s.is_nan() || s <= 0.0 {
-            return 1.0;
-        }
+        let (u, one_minus_p) = (self.u, self.one_minus_p);
         let df = d as f64;
-        let value = match self.tail {
-            Tail::SubGaussian { proxy } => (-s * s / (2.0 * df * proxy)).exp(),
-            Tail::Laplace { u, one_minus_p } => {
-                // S ≤ −s < 0 needs a non-zero noise: P ≤ d·P(e ≠ 0) = 2dp/(1 + p), which is what
-                // bounds the tail of a tiny scale (p = e^{−u} may underflow to 0).
-                let p = (-u).exp();
-                let any = (2.0 * df * p / (1.0 + p)).max(f64::MIN_POSITIVE);
-                if p == 0.0 {
-                    return any;
-                }
-                // d/dt [d ln M(t)] = s at w = e^t: p(1+c)w² − c(1+p²)w − p(1−c) = 0, c = s/d.
-                let c = s / df;
-                let one_minus_p2 = one_minus_p * (1.0 + p);
-                let disc = (c * one_minus_p2).powi(2) + 4.0 * p * p;
-                let w = (c * (1.0 + p * p) + disc.sqrt()) / (2.0 * p * (1.0 + c));
-                let t = w.ln().clamp(0.0, u * (1.0 - 1e-9));
-                let chernoff = if t > 0.0 {
-                    (-t * s + df * laplace_ln_mgf(t, u, one_minus_p)).exp()
-                } else {
-                    1.0
-                };
-                chernoff.min(any)
-            }
-        };
-        if value.is_nan() {
-            1.0
-        } else {
-            value.min(1.0)
+        // S ≤ −s < 0 needs a non-zero noise: P ≤ d·P(e ≠ 0) = 2dp/(1 + p), which is what
+        // bounds the tail of a tiny scale (p = e^{−u} may underflow to 0).
+        let p = self.p();
+        let any = (2.0 * df * p / (1.0 + p)).max(f64::MIN_POSITIVE);
+        if p == 0.0 {
+            return any;
         }
+        // d/dt [d ln M(t)] = s at w = e^t: p(1+c)w² − c(1+p²)w − p(1−c) = 0, c = s/d.
+        let c = s / df;
+        let one_minus_p2 = one_minus_p * (1.0 + p);
+        let disc = (c * one_minus_p2).powi(2) + 4.0 * p * p;
+        let w = (c * (1.0 + p * p) + disc.sqrt()) / (2.0 * p * (1.0 + c));
+        let t = w.ln().clamp(0.0, u * (1.0 - 1e-9));
+        let chernoff = if t > 0.0 {
+            (-t * s + df * laplace_ln_mgf(t, u, one_minus_p)).exp()
+        } else {
+            1.0
+        };
+        chernoff.min(any)
     }
+}
+
+/// The bounds of the `gaussian` baseline at σ.
+pub fn gaussian_noise(sigma: f64) -> Noise<DiscreteGaussianTail> {
+    Noise::new(DiscreteGaussianTail::new(sigma))
+}
+
+/// The bounds of the `laplace` baseline at b.
+pub fn laplace_noise(scale: f64) -> Noise<DiscreteLaplaceTail> {
+    Noise::new(DiscreteLaplaceTail::new(scale))
 }
 
 /// ln E[e^{tY}] for Y ~ L_ℤ(b), 0 ≤ t < u = 1/b: 2 ln(1 − p) − ln(1 − pe^t) − ln(1 − pe^{−t}),
@@ -1040,10 +1093,7 @@ mod tests {
     /// and the pseudo-count the planner picks is at least as good as neighbouring ones.
     #[test]
     fn the_smoothed_kl_bound_falls_with_n_and_the_chosen_k_is_a_minimum() {
-        for noise in [
-            Noise::Gaussian { sigma: 3.0 },
-            Noise::Laplace { scale: 2.5 },
-        ] {
+        fn check<T: NoiseTail>(noise: Noise<T>) {
             let mut last = f64::INFINITY;
             for n in [10.0, 100.0, 1e4, 1e7] {
                 let kl = noise.smoothed_kl(20, n, 0.05, 1.0);
@@ -1059,6 +1109,22 @@ mod tests {
             assert_eq!(noise.smoothed_kl(20, 0.0, 0.05, 1.0), f64::INFINITY);
             assert_eq!(noise.bounds(20, 1e4, 0.05).kl, f64::INFINITY);
         }
+        check(gaussian_noise(3.0));
+        check(laplace_noise(2.5));
+    }
+
+    /// A law that cannot be built gives bounds no target accepts.
+    #[test]
+    fn a_noise_without_a_law_claims_nothing() {
+        for b in [
+            gaussian_noise(0.0).bounds(6, 100.0, 0.05),
+            laplace_noise(f64::NAN).bounds(6, 100.0, 0.05),
+        ] {
+            assert!(b.l2.is_nan() && b.cell_sd.is_nan(), "{b:?}");
+        }
+        assert!(gaussian_noise(-1.0)
+            .smoothed_kl(6, 100.0, 0.05, 1.0)
+            .is_nan());
     }
 
     /// (x)_k, the rising factorial.
@@ -1347,7 +1413,7 @@ mod tests {
             assert!((m4 - dm4).abs() < 1e-12 * dm4, "{sigma}: {m4} {dm4}");
         }
         for scale in [0.1, 0.5, 1.0, 3.7, 20.0] {
-            let (v, m4) = Noise::Laplace { scale }.moments().unwrap();
+            let (v, m4) = laplace_noise(scale).moments().unwrap();
             let (mut dv, mut dm4) = (0.0, 0.0);
             for y in -20_000i64..=20_000 {
                 let p = discrete_laplace_pmf(scale, y);
@@ -1420,19 +1486,9 @@ mod tests {
     /// for β has exact tail ≤ β.
     #[test]
     fn sum_tails_bound_the_exact_law() {
-        let laws = [
-            Noise::Gaussian { sigma: 0.8 },
-            Noise::Gaussian { sigma: 3.0 },
-            Noise::Laplace { scale: 0.7 },
-            Noise::Laplace { scale: 2.5 },
-        ];
-        for noise in laws {
-            let law = noise.law().unwrap();
+        fn check<T: NoiseTail>(law: T, pmf: impl Fn(i64) -> f64, width: i64) {
             for d in [2usize, 3, 6] {
-                let (start, pmf) = match noise {
-                    Noise::Gaussian { sigma } => sum_pmf(discrete_gaussian(sigma), d, 60),
-                    Noise::Laplace { scale } => sum_pmf(|y| discrete_laplace_pmf(scale, y), d, 400),
-                };
+                let (start, pmf) = sum_pmf(&pmf, d, width);
                 let tail = |s: f64| -> f64 {
                     pmf.iter()
                         .enumerate()
@@ -1441,17 +1497,28 @@ mod tests {
                         .sum()
                 };
                 for s in [0.5, 1.0, 2.0, 5.0, 10.0, 20.0] {
-                    let bound = law.sum_tail(d, s);
+                    let bound = sum_tail(&law, d, s);
                     assert!(
                         tail(s) <= bound * (1.0 + 1e-9) + 1e-300,
-                        "{noise:?} d={d} s={s}"
+                        "{law:?} d={d} s={s}"
                     );
                 }
                 for beta in [0.3, 0.05, 1e-3] {
                     let s = law.sum_margin(d, beta);
-                    assert!(tail(s) <= beta, "{noise:?} d={d} beta={beta}: {}", tail(s));
+                    assert!(tail(s) <= beta, "{law:?} d={d} beta={beta}: {}", tail(s));
                 }
             }
+        }
+        for sigma in [0.8, 3.0] {
+            check(
+                DiscreteGaussianTail::new(sigma).unwrap(),
+                discrete_gaussian(sigma),
+                60,
+            );
+        }
+        for scale in [0.7, 2.5] {
+            let law = DiscreteLaplaceTail::new(scale).unwrap();
+            check(law, |y| discrete_laplace_pmf(scale, y), 400);
         }
     }
 
@@ -1460,20 +1527,7 @@ mod tests {
     /// bound's exact tail.
     #[test]
     fn quadratic_form_moments_by_enumeration() {
-        for noise in [
-            Noise::Gaussian { sigma: 0.6 },
-            Noise::Gaussian { sigma: 2.0 },
-            Noise::Laplace { scale: 0.8 },
-        ] {
-            let law = noise.law().unwrap();
-            let gaussian = discrete_gaussian(match noise {
-                Noise::Gaussian { sigma } => sigma,
-                Noise::Laplace { .. } => 1.0,
-            });
-            let pmf = |y: i64| match noise {
-                Noise::Gaussian { .. } => gaussian(y),
-                Noise::Laplace { scale } => discrete_laplace_pmf(scale, y),
-            };
+        fn check<T: NoiseTail>(law: T, pmf: impl Fn(i64) -> f64) {
             let (mut e, mut e2) = (0.0, 0.0);
             let mut values = Vec::new();
             for a in -60i64..=60 {
@@ -1486,16 +1540,26 @@ mod tests {
                 }
             }
             let m = 2.0;
-            let (v, mu4) = (law.v, law.mu4);
-            assert!((e - 2.0 * m * v).abs() < 1e-9 * e, "{noise:?}");
+            let (v, mu4) = law.moments();
+            assert!((e - 2.0 * m * v).abs() < 1e-9 * e, "{law:?}");
             let var = 2.0 * v * v * (m * m + 3.0 * m) + 4.0 * m * (mu4 - 3.0 * v * v);
-            assert!(((e2 - e * e) - var).abs() < 1e-8 * var, "{noise:?}");
+            assert!(((e2 - e * e) - var).abs() < 1e-8 * var, "{law:?}");
             for beta in [0.2, 0.05, 0.01] {
-                let q = law.quadratic_quantile(3, beta);
+                let q = quadratic_quantile(&law, 3, beta);
                 let over: f64 = values.iter().filter(|(x, _)| *x > q).map(|(_, w)| w).sum();
-                assert!(over <= beta, "{noise:?} {beta}: {over}");
+                assert!(over <= beta, "{law:?} {beta}: {over}");
             }
         }
+        for sigma in [0.6, 2.0] {
+            check(
+                DiscreteGaussianTail::new(sigma).unwrap(),
+                discrete_gaussian(sigma),
+            );
+        }
+        let scale = 0.8;
+        check(DiscreteLaplaceTail::new(scale).unwrap(), |y| {
+            discrete_laplace_pmf(scale, y)
+        });
     }
 
     /// Two Betas at Hellinger distance H have means at most mean_gap(H) apart: every pair of
@@ -1571,12 +1635,12 @@ mod tests {
             beta in 0.001f64..0.5,
             laplace in any::<bool>(),
         ) {
-            let noise = |s: f64| if laplace { Noise::Laplace { scale: s } } else { Noise::Gaussian { sigma: s } };
-            let b = noise(scale).bounds(d, n, beta);
+            let bounds = |s: f64, n: f64| if laplace { laplace_noise(s).bounds(d, n, beta) } else { gaussian_noise(s).bounds(d, n, beta) };
+            let b = bounds(scale, n);
             prop_assert!(b.l2 <= MAX_L2 && b.cell_sd <= MAX_CELL_SD);
-            let more_n = noise(scale).bounds(d, n * factor, beta);
+            let more_n = bounds(scale, n * factor);
             prop_assert!(more_n.l2 <= b.l2 * (1.0 + 1e-12) && more_n.cell_sd <= b.cell_sd * (1.0 + 1e-12));
-            let less_noise = noise(scale / factor).bounds(d, n, beta);
+            let less_noise = bounds(scale / factor, n);
             prop_assert!(less_noise.l2 <= b.l2 * (1.0 + 1e-12), "{:?} {:?}", less_noise, b);
             prop_assert!(less_noise.cell_sd <= b.cell_sd * (1.0 + 1e-12), "{:?} {:?}", less_noise, b);
         }

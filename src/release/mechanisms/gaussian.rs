@@ -2,7 +2,7 @@
 //! λΔ2²/(2σ²) over the integer shifts of the dataset's relation; the additive mechanism of
 //! `noise` with this law.
 
-use crate::privacy::accuracy::Noise;
+use crate::privacy::accuracy::DiscreteGaussianTail;
 use crate::privacy::baseline::{self, BaselineError};
 use crate::privacy::curve::Pricing;
 use crate::privacy::discrete::{self, MAX_NOISE_SCALE};
@@ -65,8 +65,10 @@ impl Law for DiscreteGaussian {
         baseline::gaussian_noisy(counts, sigma, rng)
     }
 
-    fn noise(sigma: f64) -> Noise {
-        Noise::Gaussian { sigma }
+    type Tail = DiscreteGaussianTail;
+
+    fn tail(sigma: f64) -> Option<DiscreteGaussianTail> {
+        DiscreteGaussianTail::new(sigma)
     }
 
     fn ends(s: &Setup) -> (f64, f64) {

@@ -3,7 +3,7 @@
 //! cells a neighbour moves) and a worst-case bound on custom ones; the additive mechanism of
 //! `noise` with this law.
 
-use crate::privacy::accuracy::Noise;
+use crate::privacy::accuracy::DiscreteLaplaceTail;
 use crate::privacy::baseline::{self, BaselineError};
 use crate::privacy::curve::Pricing;
 use crate::privacy::discrete::{self, MAX_NOISE_SCALE};
@@ -65,8 +65,10 @@ impl Law for DiscreteLaplace {
         baseline::laplace_noisy(counts, scale, rng)
     }
 
-    fn noise(scale: f64) -> Noise {
-        Noise::Laplace { scale }
+    type Tail = DiscreteLaplaceTail;
+
+    fn tail(scale: f64) -> Option<DiscreteLaplaceTail> {
+        DiscreteLaplaceTail::new(scale)
     }
 
     fn ends(s: &Setup) -> (f64, f64) {

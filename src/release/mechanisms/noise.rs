@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 use serde_json::{json, Map, Value};
 use utoipa::openapi::schema::ObjectBuilder;
 
-use crate::privacy::accuracy::{Bounds, Noise, MAX_CELL_SD, MAX_L2};
+use crate::privacy::accuracy::{Bounds, Noise, NoiseTail, MAX_CELL_SD, MAX_L2};
 use crate::privacy::baseline::{self, BaselineError};
 use crate::privacy::curve::Pricing;
 use crate::privacy::discrete::{integer_sensitivity, MAX_NOISE_SCALE};
@@ -49,8 +49,10 @@ pub trait Law: 'static + Send + Sync {
     fn pricing(order: Order, sens: &Sensitivity) -> Pricing;
     /// Counts plus the noise: the noisy integer counts.
     fn noisy(counts: &Counts, scale: f64, rng: &mut CsRng) -> Result<Vec<i64>, BaselineError>;
-    /// The noise law for the accuracy bounds.
-    fn noise(scale: f64) -> Noise;
+    /// The noise law's moments and tails, for the accuracy bounds.
+    type Tail: NoiseTail;
+    /// The law at a scale (None unless the scale is finite and positive).
+    fn tail(scale: f64) -> Option<Self::Tail>;
     /// The search's ends in strength t = −ln(scale) (`Strength::ends`).
     fn ends(s: &Setup) -> (f64, f64);
 }
@@ -151,7 +153,9 @@ fn pseudo_count<L: Law>(smoothing: Smoothing, scale: f64, d: usize) -> Option<f6
     match smoothing {
         Smoothing::Projected => None,
         Smoothing::Given(k) => Some(k),
-        Smoothing::Planned { n, beta } => Some(L::noise(scale).best_smoothing(d, n, beta)),
+        Smoothing::Planned { n, beta } => {
+            Some(Noise::new(L::tail(scale)).best_smoothing(d, n, beta))
+        }
     }
 }
 
@@ -221,7 +225,7 @@ impl<L: Law> Draw for NoiseDraw<L> {
     /// The projected release's ℓ2 and cell bounds (its zeros leave KL unbounded); a smoothed
     /// release's KL bound (`Noise::smoothed_kl`), and no ℓ2 or cell claim for it.
     fn bounds(&self, n: f64, d: usize, beta: f64, need: Need) -> Bounds {
-        let noise = L::noise(self.scale);
+        let noise = Noise::new(L::tail(self.scale));
         match self.smoothing {
             None => Bounds {
                 l2: if need.l2 { noise.l2(d, n, beta) } else { 0.0 },
