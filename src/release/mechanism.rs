@@ -23,7 +23,6 @@ use crate::ledger::charge::{MAX_EPSILON, QUANTUM_BITS};
 use crate::privacy::accuracy::Bounds;
 use crate::privacy::curve::Pricing;
 use crate::privacy::sampler::CsRng;
-use crate::privacy::utility::{Forecast, SelectionForecast};
 use crate::privacy::{CalibrationError, Counts, Epsilon, Order, Sensitivity};
 use crate::schema::SchemaRef;
 use crate::wire::ScalarOrCells;
@@ -276,7 +275,7 @@ pub struct Supports {
     /// Whether `"auto"` in a plan considers it (not for given parameters).
     pub auto: bool,
     /// What the preview forecasts, if anything.
-    pub forecast: Option<ForecastKind>,
+    pub forecast: Option<ForecastShape>,
 }
 
 /// A planning target.
@@ -289,15 +288,23 @@ pub enum TargetKind {
     Kl,
 }
 
-/// What a preview's forecast is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ForecastKind {
-    /// ℓ2, variance and KL tail bounds of a Dirichlet draw (`Forecast`).
-    Dirichlet,
-    /// A Hellinger bound of a selection (`SelectionForecast`).
-    Selection,
+/// What a preview forecasts for a mechanism, declared by the mechanism: the name
+/// `GET /v1/mechanisms` lists, and the forecast's schemas in openapi.yaml (`component` first,
+/// then what it refers to). Mechanisms that forecast alike share one shape.
+#[derive(Debug, Clone, Copy)]
+pub struct ForecastShape {
+    pub kind: &'static str,
+    pub component: &'static str,
+    pub schemas: fn(&mut Components),
 }
+
+impl PartialEq for ForecastShape {
+    fn eq(&self, other: &ForecastShape) -> bool {
+        self.kind == other.kind && self.component == other.component
+    }
+}
+
+impl Eq for ForecastShape {}
 
 // ------------------------------------------------------------------------------ records
 
@@ -371,12 +378,22 @@ impl Record {
 
 // ------------------------------------------------------------------------------ forecasts
 
-/// A vector preview's `forecast`: the Dirichlet family's, or a selection's.
+/// A preview's `forecast` of one vector (or one row of a table), as its mechanism wrote it: the
+/// shape its [`ForecastShape`] declares.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(untagged)]
-pub enum VectorForecast {
-    Dirichlet(Forecast),
-    Selection(SelectionForecast),
+#[serde(transparent)]
+pub struct VectorForecast(Value);
+
+impl VectorForecast {
+    /// The forecast `f` on the wire; `None` when it has no JSON form (no forecast rather than
+    /// a wrong one).
+    pub fn new(f: &impl Serialize) -> Option<VectorForecast> {
+        serde_json::to_value(f).ok().map(VectorForecast)
+    }
+
+    pub fn as_value(&self) -> &Value {
+        &self.0
+    }
 }
 
 /// Which of a draw's worst-case bounds a search needs (the others are 0 and must not be read).

@@ -241,90 +241,14 @@ pub fn preview_extras(
 
 impl utoipa::PartialSchema for VectorForecast {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        crate::schema::one_of([
-            crate::schema::component("Forecast"),
-            crate::schema::component("SelectionForecast"),
-        ])
-        .into()
+        mechanisms::forecast_schema().into()
     }
 }
 
 impl utoipa::ToSchema for VectorForecast {
     fn schemas(schemas: &mut Vec<(String, crate::schema::SchemaRef)>) {
-        forecast_schemas(schemas);
+        mechanisms::forecast_schemas(schemas);
     }
-}
-
-/// The forecasts' schemas in openapi.yaml (`privacy::utility` holds their math, not their wire
-/// form).
-pub fn forecast_schemas(schemas: &mut Vec<(String, crate::schema::SchemaRef)>) {
-    use crate::schema::{between, closed, component, nullable, number};
-    schemas.push((
-        "Forecast".into(),
-        closed()
-            .description(Some(
-                "Aggregate utility forecast of a Dirichlet release from (r, α, N, d) only, never \
-                 per cell (the Gaussian and Laplace baselines have none: `forecast` is null).",
-            ))
-            .property(
-                "l2_bound",
-                number().minimum(Some(0.0)).description(Some(
-                    "‖y − x/N‖₂ ≤ l2_bound with probability l2_bound_confidence. For an empty \
-                     group (N = 0) x/N does not exist and l2_bound is √2, the diameter of the \
-                     simplex: no claim.",
-                )),
-            )
-            .property("l2_bound_confidence", between(0.0, 1.0))
-            .property("max_cell_variance", number().minimum(Some(0.0)))
-            .property(
-                "kl_tail",
-                nullable(component("KlTail")).description(Some(
-                    "Null when the condition of the KL bound does not hold.",
-                )),
-            )
-            .required("l2_bound")
-            .required("l2_bound_confidence")
-            .required("max_cell_variance")
-            .required("kl_tail")
-            .into(),
-    ));
-    schemas.push((
-        "KlTail".into(),
-        closed()
-            .description(Some("Pr[KL(x/N ‖ y) > eta] ≤ probability."))
-            .property("eta", number().minimum(Some(0.0)))
-            .property("probability", between(0.0, 1.0))
-            .required("eta")
-            .required("probability")
-            .into(),
-    ));
-    schemas.push((
-        "SelectionForecast".into(),
-        closed()
-            .description(Some(
-                "The `exponential` mechanism's forecast from n, the prior and ε only (no count): \
-                 with probability `hellinger_bound_confidence` (0.95) the selected posterior's \
-                 Hellinger distance to the exact posterior Beta(α + n₁, β + n₀) is at most \
-                 `hellinger_bound` = min(1, (2Δ̃/ε′)·ln((n + 1)/β) + √E) — the exponential \
-                 mechanism's utility theorem (Dwork & Roth, Theorem 3.11) with OPT = 0 and n + 1 \
-                 candidates, for the sensitivity Δ̃ (`sensitivity_used`) and the slightly reduced \
-                 ε′ the selection runs at; √E covers the float error of the computed distances. 1 \
-                 means no information (small ε).",
-            ))
-            .property(
-                "hellinger_bound",
-                number().exclusive_minimum(Some(0.0)).maximum(Some(1.0)),
-            )
-            .property(
-                "hellinger_bound_confidence",
-                number()
-                    .exclusive_minimum(Some(0.0))
-                    .exclusive_maximum(Some(1.0)),
-            )
-            .required("hellinger_bound")
-            .required("hellinger_bound_confidence")
-            .into(),
-    ));
 }
 
 /// Typed specs for the tests of every module (as a request would parse them).

@@ -39,7 +39,6 @@ use super::AppState;
 use crate::ledger::{
     Allocation, BudgetState, CommitOutcome, Dataset, Idempotency, Names, NewRelease, Units,
 };
-use crate::privacy::utility::Forecast;
 use crate::release::input::Input;
 use crate::release::mechanism::Context;
 use crate::release::request::{Request, RequestBody, RequestError};
@@ -184,7 +183,7 @@ struct PreviewView {
     forecast: Option<Option<VectorForecast>>,
     /// Tables: one forecast per row, rows in order. Absent for vectors.
     #[serde(skip_serializing_if = "Option::is_none")]
-    forecasts: Option<Vec<Option<Forecast>>>,
+    forecasts: Option<Vec<Option<VectorForecast>>>,
     /// The mechanism's own comparisons (`without_bound`, `gohari`: `Mechanism::preview_extras`).
     #[serde(flatten)]
     extras: serde_json::Map<String, serde_json::Value>,
@@ -216,16 +215,15 @@ impl PartialSchema for PreviewView {
             )
             .property(
                 "forecast",
-                schema::one_of([
-                    schema::component("Forecast"),
-                    schema::component("SelectionForecast"),
-                    schema::null(),
-                ])
-                .description(Some(
-                    "The Dirichlet family's `Forecast`; for `exponential` a `SelectionForecast`. \
-                     Null for the Gaussian and Laplace mechanisms, and for a `lower_bound` release \
-                     whose counts break the bound or whose α is 0 in a cell.",
-                )),
+                release::mechanisms::forecast_schema()
+                    .item(schema::null())
+                    .description(Some(
+                        "The mechanism's forecast, of the shape `GET /v1/mechanisms` names for it \
+                         (the Dirichlet family's `Forecast`; for `exponential` a \
+                         `SelectionForecast`). Null for a mechanism without one (the Gaussian and \
+                         Laplace mechanisms), and for a `lower_bound` release whose counts break \
+                         the bound or whose α is 0 in a cell.",
+                    )),
             )
             .property(
                 "allocation_after",
@@ -251,7 +249,7 @@ impl PartialSchema for PreviewView {
             )
             .property(
                 "forecasts",
-                schema::array(schema::nullable(schema::component("Forecast")))
+                schema::array(release::mechanisms::forecast_schema().item(schema::null()))
                     .min_items(Some(1))
                     .description(Some(
                         "One forecast per row of the table, in order; each null for the baselines.",
@@ -284,7 +282,7 @@ impl ToSchema for PreviewView {
             crate::ledger::Names::name().into(),
             crate::ledger::Names::schema(),
         ));
-        crate::release::forecast_schemas(schemas);
+        release::mechanisms::forecast_schemas(schemas);
         schemas.extend(release::mechanisms::preview_schemas().1);
     }
 }

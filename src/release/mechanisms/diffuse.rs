@@ -10,8 +10,8 @@ use crate::privacy::bounded::CellValues;
 use crate::privacy::{calibrate, Calibration, Epsilon, Order, Prior, Sensitivity};
 use crate::release::input::Input;
 use crate::release::mechanism::{
-    Aim, Cache, Components, Context, EpsilonUse, FieldSpec, ForecastKind, Mechanism, Optimistic,
-    Params, PlanError, Properties, Record, RequestError, Setup, Shape, Strength, Supports, Target,
+    Aim, Cache, Components, Context, EpsilonUse, FieldSpec, Mechanism, Optimistic, Params,
+    PlanError, Properties, Record, RequestError, Setup, Shape, Strength, Supports, Target,
     TargetKind, Targeting, GRID, MAX_UNITS,
 };
 use crate::schema;
@@ -72,7 +72,7 @@ impl Mechanism for Diffuse {
         tables: true,
         targets: &[TargetKind::L2, TargetKind::CellSd, TargetKind::Kl],
         auto: true,
-        forecast: Some(ForecastKind::Dirichlet),
+        forecast: Some(family::FORECAST),
     };
 
     type Settings = Settings;

@@ -11,9 +11,9 @@ use crate::privacy::bounded::CellValues;
 use crate::privacy::{calibrate, Calibration, Epsilon, Order, Prior, Sensitivity};
 use crate::release::input::Input;
 use crate::release::mechanism::{
-    Aim, Cache, Components, Context, Default, EpsilonUse, FieldSpec, ForecastKind, Mechanism,
-    Optimistic, Params, PlanError, Properties, Record, RequestError, Setup, Shape, Strength,
-    Supports, Target, TargetKind, Targeting, Wire, GRID, MAX_UNITS,
+    Aim, Cache, Components, Context, Default, EpsilonUse, FieldSpec, Mechanism, Optimistic, Params,
+    PlanError, Properties, Record, RequestError, Setup, Shape, Strength, Supports, Target,
+    TargetKind, Targeting, Wire, GRID, MAX_UNITS,
 };
 use crate::schema::{self, SchemaRef};
 use crate::wire::ScalarOrCells;
@@ -87,7 +87,7 @@ impl Mechanism for Dirichlet {
         tables: true,
         targets: &[TargetKind::L2, TargetKind::CellSd, TargetKind::Kl],
         auto: true,
-        forecast: Some(ForecastKind::Dirichlet),
+        forecast: Some(family::FORECAST),
     };
 
     type Settings = Settings;

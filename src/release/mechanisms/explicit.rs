@@ -10,8 +10,8 @@ use crate::privacy::bounded::CellValues;
 use crate::privacy::{Epsilon, Order, Sensitivity};
 use crate::release::input::Input;
 use crate::release::mechanism::{
-    Aim, Cache, Components, Context, EpsilonUse, FieldSpec, ForecastKind, Mechanism, Optimistic,
-    Params, PlanError, Properties, Record, RequestError, Setup, Shape, Strength, Supports, Target,
+    Aim, Cache, Components, Context, EpsilonUse, FieldSpec, Mechanism, Optimistic, Params,
+    PlanError, Properties, Record, RequestError, Setup, Shape, Strength, Supports, Target,
     TargetKind, Targeting, Wire,
 };
 use crate::schema::{self, SchemaRef};
@@ -60,7 +60,7 @@ impl Mechanism for Explicit {
         targets: &[TargetKind::L2, TargetKind::CellSd, TargetKind::Kl],
         // Its parameters are given: `"auto"` has nothing to choose.
         auto: false,
-        forecast: Some(ForecastKind::Dirichlet),
+        forecast: Some(family::FORECAST),
     };
 
     type Settings = Settings;

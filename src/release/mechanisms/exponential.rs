@@ -20,7 +20,7 @@ use crate::privacy::{Counts, Epsilon, Order, Sensitivity};
 use crate::release::input::Input;
 use crate::release::mechanism::{
     positive, Aim, Cache, Components, Context, Default, Draw, Drawn, EpsilonUse, FieldSpec,
-    ForecastKind, Mechanism, Need, Optimistic, Parameters, Params, PlanError, Properties, Record,
+    ForecastShape, Mechanism, Need, Optimistic, Parameters, Params, PlanError, Properties, Record,
     RequestError, Setup, Shape, Strength, Supports, Target, TargetKind, Targeting, VectorForecast,
     Wire, FORECAST_BETA, GRID, MAX_UNITS,
 };
@@ -102,10 +102,10 @@ impl Draw for SelectionDrawParams {
 
     /// The Hellinger bound of the selection, from n, the prior and ε only.
     fn forecast(&self, _counts: &Counts) -> Option<VectorForecast> {
-        Some(VectorForecast::Selection(SelectionForecast {
+        VectorForecast::new(&SelectionForecast {
             hellinger_bound: self.candidates.hellinger_bound(self.epsilon, FORECAST_BETA),
             hellinger_bound_confidence: 1.0 - FORECAST_BETA,
-        }))
+        })
     }
 
     /// The selection's bounds (its n is the candidates' own).
@@ -169,7 +169,7 @@ impl Mechanism for Exponential {
         tables: false,
         targets: &[TargetKind::L2, TargetKind::CellSd],
         auto: true,
-        forecast: Some(ForecastKind::Selection),
+        forecast: Some(FORECAST),
     };
 
     type Settings = Settings;
@@ -557,4 +557,42 @@ impl Optimistic for Floor {
         }
         Some(exponential_rdp(self.lambda, priced_epsilon(lo)))
     }
+}
+
+/// The selection's forecast: `SelectionForecast`.
+pub const FORECAST: ForecastShape = ForecastShape {
+    kind: "selection",
+    component: "SelectionForecast",
+    schemas: forecast_schemas,
+};
+
+fn forecast_schemas(schemas: &mut Components) {
+    use crate::schema::{closed, number};
+    schemas.push((
+        "SelectionForecast".into(),
+        closed()
+            .description(Some(
+                "The `exponential` mechanism's forecast from n, the prior and ε only (no count): \
+                 with probability `hellinger_bound_confidence` (0.95) the selected posterior's \
+                 Hellinger distance to the exact posterior Beta(α + n₁, β + n₀) is at most \
+                 `hellinger_bound` = min(1, (2Δ̃/ε′)·ln((n + 1)/β) + √E) — the exponential \
+                 mechanism's utility theorem (Dwork & Roth, Theorem 3.11) with OPT = 0 and n + 1 \
+                 candidates, for the sensitivity Δ̃ (`sensitivity_used`) and the slightly reduced \
+                 ε′ the selection runs at; √E covers the float error of the computed distances. 1 \
+                 means no information (small ε).",
+            ))
+            .property(
+                "hellinger_bound",
+                number().exclusive_minimum(Some(0.0)).maximum(Some(1.0)),
+            )
+            .property(
+                "hellinger_bound_confidence",
+                number()
+                    .exclusive_minimum(Some(0.0))
+                    .exclusive_maximum(Some(1.0)),
+            )
+            .required("hellinger_bound")
+            .required("hellinger_bound_confidence")
+            .into(),
+    ));
 }

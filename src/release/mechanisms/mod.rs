@@ -31,7 +31,7 @@ use utoipa::openapi::RefOr;
 
 use super::input::Input;
 use super::mechanism::{
-    Components, Context, Draw, EpsilonUse, FieldSpec, ForecastKind, Mechanism, Params, Properties,
+    Components, Context, Draw, EpsilonUse, FieldSpec, ForecastShape, Mechanism, Params, Properties,
     RequestError, Shape, TargetKind, Targeting, Wire,
 };
 use crate::schema::{self, SchemaRef};
@@ -592,8 +592,10 @@ pub struct Description {
     pub targets: Vec<TargetKind>,
     /// Whether `"auto"` in a plan considers it.
     pub auto: bool,
-    /// What a preview forecasts for it (null: nothing).
-    pub forecast: Option<ForecastKind>,
+    /// What a preview forecasts for it (null: nothing): `dirichlet` (the `Forecast` schema)
+    /// or `selection` (`SelectionForecast`).
+    #[schema(schema_with = forecast_kind_schema)]
+    pub forecast: Option<String>,
 }
 
 /// How a mechanism reads `epsilon`.
@@ -663,11 +665,58 @@ pub fn describe() -> Vec<Description> {
                 lower_bound: M::FIELDS.iter().any(|f| f.name == "lower_bound"),
                 targets: M::SUPPORTS.targets.to_vec(),
                 auto: M::SUPPORTS.auto,
-                forecast: M::SUPPORTS.forecast,
+                forecast: M::SUPPORTS.forecast.map(|f| f.kind.to_string()),
             }
         }
     }
     Kind::ALL.into_iter().map(|k| k.visit(Describe)).collect()
+}
+
+/// The registry's forecast shapes, each once, in the registry's order.
+fn forecast_shapes() -> Vec<ForecastShape> {
+    struct Shape;
+    impl KindVisitor for Shape {
+        type Output = Option<ForecastShape>;
+        fn visit<M: Registered>(self) -> Option<ForecastShape> {
+            M::SUPPORTS.forecast
+        }
+    }
+    let mut shapes: Vec<ForecastShape> = Vec::new();
+    for shape in Kind::ALL.into_iter().filter_map(|k| k.visit(Shape)) {
+        if !shapes.contains(&shape) {
+            shapes.push(shape);
+        }
+    }
+    shapes
+}
+
+/// The schema of a `forecast`: one of the mechanisms' forecast components.
+pub fn forecast_schema() -> utoipa::openapi::schema::OneOfBuilder {
+    schema::one_of(
+        forecast_shapes()
+            .into_iter()
+            .map(|f| schema::component(f.component)),
+    )
+}
+
+/// The forecast components and what they refer to.
+pub fn forecast_schemas(schemas: &mut Components) {
+    for f in forecast_shapes() {
+        (f.schemas)(schemas);
+    }
+}
+
+fn forecast_kind_schema() -> SchemaRef {
+    let kinds: Vec<&str> = forecast_shapes().iter().map(|f| f.kind).collect();
+    schema::one_of([
+        schema::string().enum_values(Some(kinds)).into(),
+        schema::null(),
+    ])
+    .description(Some(
+        "What a preview forecasts for it (null: nothing): `dirichlet` is the `Forecast` schema, \
+         `selection` the `SelectionForecast`.",
+    ))
+    .into()
 }
 
 /// The schema of a mechanism name (an enum of the registry's names).

@@ -12,9 +12,9 @@ use crate::privacy::calibrate::CHARGE_INFLATION;
 use crate::privacy::{calibrate, Calibration, Epsilon, Order, Prior, Sensitivity};
 use crate::release::input::Input;
 use crate::release::mechanism::{
-    Aim, Cache, Components, Context, Default, EpsilonUse, FieldSpec, ForecastKind, Mechanism,
-    Optimistic, Params, PlanError, Properties, Record, RequestError, Setup, Shape, Strength,
-    Supports, Target, TargetKind, Targeting, Wire, GRID, MAX_UNITS,
+    Aim, Cache, Components, Context, Default, EpsilonUse, FieldSpec, Mechanism, Optimistic, Params,
+    PlanError, Properties, Record, RequestError, Setup, Shape, Strength, Supports, Target,
+    TargetKind, Targeting, Wire, GRID, MAX_UNITS,
 };
 use crate::schema::{self, SchemaRef};
 
@@ -119,7 +119,7 @@ impl Mechanism for Posterior {
         tables: true,
         targets: &[TargetKind::L2, TargetKind::CellSd, TargetKind::Kl],
         auto: true,
-        forecast: Some(ForecastKind::Dirichlet),
+        forecast: Some(family::FORECAST),
     };
 
     type Settings = Settings;

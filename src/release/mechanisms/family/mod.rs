@@ -17,8 +17,8 @@ use crate::privacy::types::Relation;
 use crate::privacy::utility::dirichlet_forecast;
 use crate::privacy::{CalibrationError, Counts, DirichletParams, Order, Prior, Sensitivity};
 use crate::release::mechanism::{
-    Draw, Drawn, FieldSpec, Need, Parameters, PlanError, RequestError, Setup, Target,
-    VectorForecast, Wire, FORECAST_BETA,
+    Components, Draw, Drawn, FieldSpec, ForecastShape, Need, Parameters, PlanError, RequestError,
+    Setup, Target, VectorForecast, Wire, FORECAST_BETA,
 };
 use crate::schema::{self, SchemaRef};
 use crate::wire::ScalarOrCells;
@@ -175,7 +175,7 @@ impl Draw for DirichletDraw {
                 let finite = [f.l2_bound, f.l2_bound_confidence, f.max_cell_variance]
                     .iter()
                     .all(|v| v.is_finite());
-                return finite.then_some(VectorForecast::Dirichlet(f));
+                return finite.then(|| VectorForecast::new(&f)).flatten();
             }
             None => dirichlet_forecast(
                 self.r,
@@ -192,7 +192,7 @@ impl Draw for DirichletDraw {
             && f.kl_tail
                 .as_ref()
                 .is_none_or(|k| k.eta.is_finite() && k.probability.is_finite());
-        finite.then_some(VectorForecast::Dirichlet(f))
+        finite.then(|| VectorForecast::new(&f)).flatten()
     }
 
     /// `privacy::accuracy`'s Dirichlet bounds. A bounded draw claims nothing here (the bounds
@@ -491,4 +491,54 @@ pub fn record_schema(
             "The prior α (0 only in cells where `lower_bound` > 0).",
         ),
     )
+}
+
+/// The Dirichlet family's forecast: `Forecast` (with its `KlTail`).
+pub const FORECAST: ForecastShape = ForecastShape {
+    kind: "dirichlet",
+    component: "Forecast",
+    schemas: forecast_schemas,
+};
+
+fn forecast_schemas(schemas: &mut Components) {
+    use crate::schema::{between, closed, component, nullable, number};
+    schemas.push((
+        "Forecast".into(),
+        closed()
+            .description(Some(
+                "Aggregate utility forecast of a Dirichlet release from (r, α, N, d) only, never \
+                 per cell (the Gaussian and Laplace baselines have none: `forecast` is null).",
+            ))
+            .property(
+                "l2_bound",
+                number().minimum(Some(0.0)).description(Some(
+                    "‖y − x/N‖₂ ≤ l2_bound with probability l2_bound_confidence. For an empty \
+                     group (N = 0) x/N does not exist and l2_bound is √2, the diameter of the \
+                     simplex: no claim.",
+                )),
+            )
+            .property("l2_bound_confidence", between(0.0, 1.0))
+            .property("max_cell_variance", number().minimum(Some(0.0)))
+            .property(
+                "kl_tail",
+                nullable(component("KlTail")).description(Some(
+                    "Null when the condition of the KL bound does not hold.",
+                )),
+            )
+            .required("l2_bound")
+            .required("l2_bound_confidence")
+            .required("max_cell_variance")
+            .required("kl_tail")
+            .into(),
+    ));
+    schemas.push((
+        "KlTail".into(),
+        closed()
+            .description(Some("Pr[KL(x/N ‖ y) > eta] ≤ probability."))
+            .property("eta", number().minimum(Some(0.0)))
+            .property("probability", between(0.0, 1.0))
+            .required("eta")
+            .required("probability")
+            .into(),
+    ));
 }
