@@ -12,14 +12,7 @@
 
 pub(crate) mod family;
 
-pub mod diffuse;
-pub mod dirichlet;
-pub mod explicit;
-pub mod exponential;
-pub mod gaussian;
-pub mod laplace;
 pub mod noise;
-pub mod posterior;
 
 pub use family::preview::{GohariView, WithoutBound};
 pub use family::DirichletDraw;
@@ -63,7 +56,8 @@ pub trait CalibratedVisitor {
 }
 
 macro_rules! registry {
-    ($($variant:ident => $m:ty,)+) => {
+    ($($variant:ident => $module:ident::$ty:ident,)+) => {
+        $(pub mod $module;)+
         /// A mechanism, by name; the order is the registry's (the planner's tie-break order,
         /// the listing's order), and the first is the default.
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -77,7 +71,7 @@ macro_rules! registry {
             /// Run `v` with this kind's mechanism.
             pub fn visit<V: KindVisitor>(self, v: V) -> V::Output {
                 match self {
-                    $(Kind::$variant => v.visit::<$m>(),)+
+                    $(Kind::$variant => v.visit::<$module::$ty>(),)+
                 }
             }
         }
@@ -85,7 +79,7 @@ macro_rules! registry {
         /// A parsed mechanism choice: one mechanism's own spec.
         #[derive(Clone, Debug, PartialEq)]
         pub enum Spec {
-            $($variant(<$m as Mechanism>::Spec),)+
+            $($variant(<$module::$ty as Mechanism>::Spec),)+
         }
 
         impl Spec {
@@ -98,7 +92,7 @@ macro_rules! registry {
             /// Run `v` with this spec's mechanism and its own spec.
             pub fn visit<V: SpecVisitor>(&self, v: V) -> V::Output {
                 match self {
-                    $(Spec::$variant(spec) => v.visit::<$m>(spec),)+
+                    $(Spec::$variant(spec) => v.visit::<$module::$ty>(spec),)+
                 }
             }
         }
@@ -106,7 +100,7 @@ macro_rules! registry {
         /// A mechanism's spec with the parameters it calibrated.
         #[derive(Clone, Debug, PartialEq)]
         pub enum Calibrated {
-            $($variant(<$m as Mechanism>::Spec, <$m as Mechanism>::Draw),)+
+            $($variant(<$module::$ty as Mechanism>::Spec, <$module::$ty as Mechanism>::Draw),)+
         }
 
         impl Calibrated {
@@ -125,13 +119,13 @@ macro_rules! registry {
             /// Run `v` with this mechanism, its spec and its draw.
             pub fn visit<V: CalibratedVisitor>(&self, v: V) -> V::Output {
                 match self {
-                    $(Calibrated::$variant(spec, draw) => v.visit::<$m>(spec, draw),)+
+                    $(Calibrated::$variant(spec, draw) => v.visit::<$module::$ty>(spec, draw),)+
                 }
             }
         }
 
         $(
-            impl Registered for $m {
+            impl Registered for $module::$ty {
                 const KIND: Kind = Kind::$variant;
                 fn wrap_spec(spec: Self::Spec) -> Spec {
                     Spec::$variant(spec)
@@ -144,7 +138,8 @@ macro_rules! registry {
     };
 }
 
-// The mechanisms, one line each.
+// The mechanisms, one line each: the variant of `Kind`, the module (declared here) and the type
+// implementing `Mechanism` in it.
 registry! {
     Dirichlet => dirichlet::Dirichlet,
     Posterior => posterior::Posterior,
