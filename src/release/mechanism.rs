@@ -142,12 +142,16 @@ impl Default {
 /// One of a mechanism's own request fields (besides the common `counts`/`table`, `epsilon`,
 /// `order`, `label` and `row_names`): what the wire carries, whether the mechanism needs it,
 /// its default, what it means and its schema in the mechanism's request shape. The same name
-/// may be declared by several mechanisms (each with its own meaning) but always with the same
-/// [`Wire`] (a registry test holds them to it).
+/// may be declared by several mechanisms, each with its own meaning and [`Wire`]: the body reads
+/// it as the widest of them, and a mechanism declaring [`Wire::Number`] refuses an array.
 #[derive(Debug, Clone, Copy)]
 pub struct FieldSpec {
     pub name: &'static str,
+    /// What this mechanism takes.
     pub wire: Wire,
+    /// Whether a plan item takes it (a field whose worst-case bounds the planner does not
+    /// derive, such as a lower bound, is refused there).
+    pub planned: bool,
     /// Needed in every request (a field needed only without another, like `sigma` without
     /// `epsilon`, is not).
     pub required: bool,

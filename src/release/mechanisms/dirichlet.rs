@@ -73,7 +73,8 @@ impl Mechanism for Dirichlet {
     const FIELDS: &'static [FieldSpec] = &[
         FieldSpec {
             name: "prior",
-            wire: Wire::NumberOrNumbers,
+            wire: Wire::Number,
+            planned: true,
             required: false,
             default: Some(Default::Number(DEFAULT_PRIOR)),
             description: "The base prior a₀ > 0: α = a₀ + 4(λ − 1)rΔ∞ in every cell.",

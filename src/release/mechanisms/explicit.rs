@@ -45,6 +45,7 @@ impl Mechanism for Explicit {
         FieldSpec {
             name: "r",
             wire: Wire::Number,
+            planned: true,
             required: true,
             default: None,
             description: "The concentration r > 0 of the draw Dir(r·x + α).",

@@ -158,6 +158,7 @@ impl Mechanism for Exponential {
     const FIELDS: &'static [FieldSpec] = &[FieldSpec {
         name: "prior",
         wire: Wire::NumberOrNumbers,
+        planned: true,
         required: false,
         default: Some(Default::Numbers(&[1.0, 1.0])),
         description: "The Beta prior [α, β], two numbers > 0.",

@@ -32,6 +32,7 @@ impl Law for DiscreteGaussian {
         FieldSpec {
             name: "sigma",
             wire: Wire::Number,
+            planned: true,
             required: false,
             default: None,
             description: "The noise's σ > 0; calibrated to `epsilon` when absent.",

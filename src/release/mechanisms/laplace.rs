@@ -33,6 +33,7 @@ impl Law for DiscreteLaplace {
         FieldSpec {
             name: "scale",
             wire: Wire::Number,
+            planned: true,
             required: false,
             default: None,
             description: "The noise's scale b > 0; calibrated to `epsilon` when absent.",

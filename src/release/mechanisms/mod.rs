@@ -253,14 +253,22 @@ fn names(kinds: &[Kind]) -> String {
 
 // ------------------------------------------------------------------------------ fields
 
-/// How the request body reads a mechanism field: its [`Wire`] as every mechanism that declares
-/// it agrees (a registry test holds them to it); `None` for a name no mechanism declares.
+/// How the request body reads a mechanism field, before it knows the mechanism: the widest
+/// [`Wire`] any mechanism declares for the name (a mechanism that takes less refuses the rest
+/// itself); `None` for a name no mechanism declares.
 pub fn field_wire(name: &str) -> Option<Wire> {
     Kind::ALL
         .iter()
         .flat_map(|k| k.fields())
-        .find(|f| f.name == name)
+        .filter(|f| f.name == name)
         .map(|f| f.wire)
+        .reduce(|a, b| {
+            if a == Wire::NumberOrNumbers || b == Wire::NumberOrNumbers {
+                Wire::NumberOrNumbers
+            } else {
+                Wire::Number
+            }
+        })
 }
 
 /// Every mechanism field name, once, in registry order.
@@ -617,6 +625,8 @@ pub struct FieldView {
     #[schema(schema_with = number_or_numbers)]
     pub default: Option<Value>,
     pub description: String,
+    /// Whether a plan item (`POST …/plan`) takes it.
+    pub plan: bool,
 }
 
 fn number_or_numbers() -> SchemaRef {
@@ -654,6 +664,7 @@ pub fn describe() -> Vec<Description> {
                         required: f.required,
                         default: f.default.map(|d| d.to_value()),
                         description: f.description.into(),
+                        plan: f.planned,
                     })
                     .collect(),
                 tables: M::SUPPORTS.tables,
@@ -725,12 +736,19 @@ pub fn kind_schema() -> RefOr<Schema> {
 mod tests {
     use super::*;
 
-    /// A field name declared by several mechanisms is read the same way for all of them.
+    /// The body reads every field at least as widely as each mechanism declares it (the
+    /// mechanisms' refusals of the rest: `request::tests`).
     #[test]
-    fn every_declaration_of_a_field_agrees_on_its_wire() {
+    fn a_field_is_read_at_least_as_widely_as_it_is_declared() {
         for f in Kind::ALL.iter().flat_map(|k| k.fields()) {
-            assert_eq!(field_wire(f.name), Some(f.wire), "{}", f.name);
+            let wire = field_wire(f.name).unwrap();
+            assert!(
+                wire == f.wire || wire == Wire::NumberOrNumbers,
+                "{}",
+                f.name
+            );
         }
+        assert_eq!(field_wire("prior"), Some(Wire::NumberOrNumbers));
     }
 
     #[test]

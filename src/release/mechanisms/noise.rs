@@ -172,6 +172,7 @@ fn smoothing_schema() -> SchemaRef {
 pub const SMOOTHING: FieldSpec = FieldSpec {
     name: "smoothing",
     wire: crate::release::mechanism::Wire::Number,
+    planned: true,
     required: false,
     default: None,
     description: "A public pseudo-count k > 0: the output is (max(z, 0) + k)/Σ, every cell \

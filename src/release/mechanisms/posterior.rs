@@ -97,6 +97,7 @@ impl Mechanism for Posterior {
         FieldSpec {
             name: "r",
             wire: Wire::Number,
+            planned: true,
             required: false,
             default: Some(Default::Number(DEFAULT_R)),
             description: "The concentration r > 0 of the draw Dir(r·x + α), fixed.",
@@ -105,6 +106,7 @@ impl Mechanism for Posterior {
         FieldSpec {
             name: "prior_shape",
             wire: Wire::NumberOrNumbers,
+            planned: false,
             required: false,
             default: Some(Default::Number(1.0)),
             description: "The prior's shape s (a number, or one per cell): α = m·s with the \

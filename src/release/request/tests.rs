@@ -400,3 +400,32 @@ fn unknown_and_repeated_fields_are_refused() {
     assert!(err(r#"{"counts": [1, 2], "sigma": [1, 2]}"#).starts_with("invalid type"));
     assert!(err(r#"{"counts": [1, 2], "r": null}"#).starts_with("invalid type"));
 }
+
+/// A mechanism that declares one number for a field refuses an array the body let through
+/// (another mechanism takes arrays under that name), naming the field.
+#[test]
+fn a_mechanism_takes_only_what_it_declares() {
+    use crate::release::mechanism::Wire;
+    use crate::release::mechanisms::{field_wire, Kind};
+    let mut checked = 0;
+    for kind in Kind::ALL {
+        for f in kind.fields() {
+            if f.wire == Wire::Number && field_wire(f.name) == Some(Wire::NumberOrNumbers) {
+                let json = format!(
+                    r#"{{"counts": [3, 4, 5], "epsilon": 1.0, "mechanism": "{}", "{}": [1, 2, 3]}}"#,
+                    kind.name(),
+                    f.name
+                );
+                let Err(err) = parse(&json) else {
+                    panic!("{}: an array {} was taken", kind.name(), f.name);
+                };
+                assert_eq!(err.field, f.name, "{}: {err:?}", kind.name());
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked >= 1,
+        "dirichlet's prior is one number, exponential's a pair"
+    );
+}

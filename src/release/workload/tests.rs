@@ -893,3 +893,30 @@ fn only_a_kl_target_smooths_the_baselines() {
         assert!(a.forecast.unwrap().kl.unwrap() <= 0.1);
     }
 }
+
+/// A field the listing marks as not planned (`plan: false`) is refused in a plan item, naming
+/// it — what the console and the Python client read to leave it out of plans.
+#[test]
+fn fields_marked_unplanned_are_refused_by_the_planner() {
+    let c = ctx(2.0, Sensitivity::REPLACE_ONE);
+    let mut checked = 0;
+    for kind in Kind::ALL {
+        for f in kind.fields().iter().filter(|f| !f.planned) {
+            let mut item =
+                json!({"d": 3, "n": 100, "target": {"l2": 0.5}, "mechanism": kind.name()});
+            for needed in kind.fields().iter().filter(|g| g.required) {
+                item[needed.name] = json!(1);
+            }
+            item[f.name] = json!(1);
+            let err = refused(item, &c);
+            assert!(
+                err.field.ends_with(f.name),
+                "{} {}: {err:?}",
+                kind.name(),
+                f.name
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "lower_bound and prior_shape");
+}

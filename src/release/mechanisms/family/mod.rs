@@ -270,6 +270,7 @@ fn lower_bound_schema() -> SchemaRef {
 pub const LOWER_BOUND: FieldSpec = FieldSpec {
     name: "lower_bound",
     wire: Wire::NumberOrNumbers,
+    planned: false,
     required: false,
     default: None,
     description: "A public lower bound L on every cell (a number, or one per cell): the release \
@@ -281,6 +282,7 @@ pub const LOWER_BOUND: FieldSpec = FieldSpec {
 pub const ALPHA: FieldSpec = FieldSpec {
     name: "alpha",
     wire: Wire::NumberOrNumbers,
+    planned: true,
     required: true,
     default: None,
     description: "The prior α (a number, or one per cell): > 0 in every cell, ≥ 0 with \
