@@ -12,7 +12,10 @@
 // budget, sign in as the analyst (by keyboard) and see only their datasets and their own
 // allocation (a plan is checked against it), preview a release that does not fit, see a 409 refusal when another client spends
 // the budget between preview and release, and a distinct 409 when the admin lowers the analyst's
-// allocation between preview and release.
+// allocation between preview and release. Then, against the service's own listing of mechanisms
+// (GET /v1/mechanisms), every listed mechanism in the release form and the planner with its own
+// fields, an exponential and an explicit release through the form, and a plan of explicit by its
+// fields (and by a KL target, where a mechanism lists one).
 // Throughout: no request URL carries a token, nothing is written to localStorage or cookies,
 // every /console response carries the security headers, no CSP violation or script error occurs,
 // and every form control has a label. Screenshots go to $OUT.
