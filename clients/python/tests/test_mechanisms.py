@@ -10,9 +10,10 @@ import asyncio
 from typing import Any, Dict, List
 
 import httpx
+import pytest
 
 import dirichlet_release as dr
-from dirichlet_release import AsyncClient, Client, PlanItem
+from dirichlet_release import AsyncClient, Client, PlanItem, Target
 
 from .conftest import Server, mirrors, record
 
@@ -138,4 +139,40 @@ def test_every_listed_mechanism_is_planned_and_released_from_the_listing(
     record(
         f"[{server.backend}] every listed mechanism planned from its listing and released at "
         f"its planned cost: {', '.join(released)}"
+    )
+
+
+def test_a_kl_target_is_planned_and_released_as_planned(client: Client, server: Server) -> None:
+    """Every mechanism listed with a ``kl`` target, and ``auto``, planned by KL and released.
+
+    Each planned item's forecast bounds KL within the target at the confidence asked, and its
+    release (through `release_kwargs`, which carries any field the planner chose, such as a
+    smoothing pseudo-count) is charged the planned cost and runs with the planned parameters.
+    """
+    listing = client.mechanisms()
+    answering = [m.name for m in listing if "kl" in m.targets]
+    if not answering:
+        pytest.skip("no mechanism the service lists answers a kl target")
+    dataset = client.create_dataset("planned by KL", epsilon=64.0, order=2).id
+    target = Target(kl=0.05, confidence=0.9)
+    names = [*answering, "auto"]
+    items = [PlanItem(d=6, n=5000, mechanism=name, target=target) for name in names]
+    plan = client.plan(dataset, items)
+    counts = [2000, 1500, 800, 400, 200, 100]
+    assert plan.items[-1].planned, "auto reaches the KL target"
+    released = []
+    for name, planned in zip(names, plan.items):
+        if not planned.planned:
+            continue
+        assert planned.forecast is not None and planned.forecast.kl is not None, name
+        assert planned.forecast.kl <= 0.05 and planned.forecast.confidence == 0.9, name
+        release = client.release(dataset, counts, **planned.release_kwargs())
+        assert (release.mechanism.kind, release.cost.epsilon) == (planned.mechanism, planned.cost)
+        assert planned.parameters is not None
+        assert all(release.mechanism[k] == v for k, v in planned.parameters.items()), name
+        released.append(
+            f"{name}→{planned.mechanism} ε {planned.epsilon} KL ≤ {planned.forecast.kl:.4f}"
+        )
+    record(
+        f"[{server.backend}] planned by KL ≤ 0.05 (90 %), d = 6, n = 5000: {'; '.join(released)}"
     )
