@@ -33,11 +33,13 @@ fn inflate(x: f64) -> f64 {
     x * (1.0 + BOUND_INFLATION)
 }
 
-/// The two worst-case bounds of one release (see the module documentation).
+/// The worst-case bounds of one release (see the module documentation): `kl` bounds
+/// D_KL(x/n ‖ y) at confidence 1 − β (∞ where no bound is proven).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bounds {
     pub l2: f64,
     pub cell_sd: f64,
+    pub kl: f64,
 }
 
 // ------------------------------------------------------------------------ Dirichlet family
@@ -48,6 +50,8 @@ pub struct Bounds {
 pub struct DirichletDraw {
     r: f64,
     alpha_total: f64,
+    /// The smallest αᵢ.
+    alpha_min: f64,
     /// max over p in the simplex of ‖α/α₀ − p‖₂ (attained at a vertex: the histogram with
     /// every record in the cell of the smallest prior).
     bias_factor: f64,
@@ -88,6 +92,7 @@ impl DirichletDraw {
                 (total.is_finite() && factor.is_finite()).then_some(DirichletDraw {
                     r,
                     alpha_total: total,
+                    alpha_min: min,
                     bias_factor: factor,
                     q_min: min / total,
                     q_max: max / total,
@@ -110,6 +115,7 @@ impl DirichletDraw {
         valid.then(|| DirichletDraw {
             r,
             alpha_total: total,
+            alpha_min: alpha,
             bias_factor: (1.0 - 1.0 / d as f64).sqrt(),
             q_min: 1.0 / d as f64,
             q_max: 1.0 / d as f64,
@@ -129,12 +135,29 @@ impl DirichletDraw {
         self.alpha_total / self.concentration(n) * self.bias_factor
     }
 
-    /// Both bounds at total n (a public total or a lower bound of it) and confidence 1 − β.
+    /// The bounds at total n (a public total or a lower bound of it) and confidence 1 − β.
     pub fn bounds(&self, n: f64, beta: f64) -> Bounds {
         Bounds {
             l2: self.l2(n, beta),
             cell_sd: self.cell_sd(n),
+            kl: self.kl(n, beta),
         }
+    }
+
+    /// D_KL(x/n ‖ y) ≤ kl with probability ≥ 1 − β for every x with Σx = n (and every larger
+    /// total: the bound falls with n). Chernoff, P(KL > η) ≤ e^{−tη}·E[e^{t·KL}], with the
+    /// moment generating function taken at its worst x (docs/PRIVACY.md, "KL"):
+    ///
+    /// - every αᵢ ≥ 1: the MGF is largest at a one-hot x in the cell of the smallest prior, where
+    ///   it is E[Y^{−t}] for Y ~ Beta(b + α_m, α₀ − α_m), b = rn — so
+    ///   η = min_t (Λ(t) + ln(1/β))/t with Λ(t) = lnΓ(b + α_m − t) − lnΓ(b + α_m) + lnΓ(b + α₀)
+    ///   − lnΓ(b + α₀ − t), the tight bound;
+    /// - ½ ≤ α_m < 1: seed 000 Theorem 2's own chain (ψ(z) > ln(z − ½)), with its last step
+    ///   kept as a minimum over t rather than its closed form: η = min_t ln(1/β)/t +
+    ///   ln((b + α₀)/(b + α_m − ½ − t));
+    /// - α_m < ½ (or n = 0, where there is no x/n): no bound is proven, ∞.
+    pub fn kl(&self, n: f64, beta: f64) -> f64 {
+        dirichlet_kl(self.r * n, self.alpha_total, self.alpha_min, beta)
     }
 
     /// ‖y − p‖₂ ≤ ‖y − E[y]‖₂ + ‖E[y] − p‖₂: the spread at confidence 1 − β
@@ -181,6 +204,112 @@ impl DirichletDraw {
             .fold(0.0, f64::max);
         inflate(worst.max(0.0).sqrt()).min(MAX_CELL_SD)
     }
+}
+
+/// [`DirichletDraw::kl`] from b = rn, α₀ and α_m: η with P(D_KL(x/n ‖ y) > η) ≤ β for
+/// y ~ Dir(b·x/n + α), every x; ∞ where no bound is proven (α_m < ½, b = 0).
+pub fn dirichlet_kl(b: f64, alpha_total: f64, alpha_min: f64, beta: f64) -> f64 {
+    if !(b > 0.0 && b.is_finite() && beta > 0.0 && beta < 1.0) {
+        return f64::INFINITY;
+    }
+    let l = (1.0 / beta).ln();
+    let eta = if alpha_min >= 1.0 {
+        one_hot_kl(b, alpha_total, alpha_min, l)
+    } else if alpha_min >= 0.5 {
+        theorem_2_kl(b, alpha_total, alpha_min, l)
+    } else {
+        f64::INFINITY
+    };
+    if eta.is_finite() {
+        inflate(eta)
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// Λ(t) = lnΓ(z₀ − t) − lnΓ(z₀) + lnΓ(z₀ + Δ) − lnΓ(z₀ + Δ − t) for 0 < t < z₀ (z₀ = b + α_m,
+/// Δ = α₀ − α_m), the log-MGF of −ln Y, Y ~ Beta(z₀, Δ), and its first two derivatives. As
+/// ∫ ℓ(w) ψ′(z₀ + w) dw over w ∈ [−t, Δ] with ℓ the trapezoid of height min(t, Δ) (the
+/// overlap of [0, Δ] and [w, w + t]): positive pieces, no cancellation between lnΓ values
+/// (which loses every digit at large b), by `exact::kernel_integrals`.
+fn one_hot_lambda(z0: f64, delta: f64, t: f64) -> (f64, f64, f64) {
+    use super::exact::kernel_integrals;
+    let m = t.min(delta);
+    let x1 = z0 - t;
+    let x2 = x1 + m;
+    let x3 = z0 + delta - m;
+    // Rising piece on [x1, x2], flat of height m on [x2, x3], falling on [x3, x3 + m].
+    let (rise, _) = kernel_integrals(x1, m);
+    let rising = m * m * rise / (x1 * x1);
+    let flat = if x3 > x2 {
+        let (a, b) = kernel_integrals(x2, x3 - x2);
+        m * (x3 - x2) * (a + b) / (x2 * x2)
+    } else {
+        0.0
+    };
+    let (_, fall) = kernel_integrals(x3, m);
+    let falling = m * m * fall / (x3 * x3);
+    // Λ′(t) = ψ(z₀ + Δ − t) − ψ(z₀ − t) = ∫ ψ′ over [x1, x1 + Δ]; Λ″ = ψ′(x1) − ψ′(x1 + Δ).
+    let (a, b) = kernel_integrals(x1, delta);
+    let first = delta * (a + b) / (x1 * x1);
+    let second = super::special::trigamma(x1) - super::special::trigamma(x1 + delta);
+    (rising + flat + falling, first, second)
+}
+
+/// min over t ∈ (0, b + α_m) of (Λ(t) + l)/t (any t gives a valid bound; the minimum is where
+/// N(t) = tΛ′(t) − Λ(t) − l, increasing since N′ = tΛ″ ≥ 0, crosses 0): safeguarded Newton.
+fn one_hot_kl(b: f64, alpha_total: f64, alpha_min: f64, l: f64) -> f64 {
+    let z0 = b + alpha_min;
+    let delta = alpha_total - alpha_min;
+    if !(z0.is_finite() && delta > 0.0 && delta.is_finite()) {
+        return f64::INFINITY;
+    }
+    let value = |t: f64| {
+        let (lambda, _, _) = one_hot_lambda(z0, delta, t);
+        (lambda + l) / t
+    };
+    // For t ≪ b, N ≈ t²Δ/(2b²) − l: t ≈ b·√(2l/Δ), kept inside the domain.
+    let (mut lo, mut hi) = (0.0, z0);
+    let mut t = (b * (2.0 * l / delta).sqrt()).min(0.5 * z0);
+    let mut best = f64::INFINITY;
+    for _ in 0..60 {
+        let (lambda, first, second) = one_hot_lambda(z0, delta, t);
+        let v = (lambda + l) / t;
+        if v.is_finite() {
+            best = best.min(v);
+        }
+        let n = t * first - lambda - l;
+        if n > 0.0 {
+            hi = t;
+        } else {
+            lo = t;
+        }
+        let step = n / (t * second);
+        let mut next = t - step;
+        if !(next > lo && next < hi && next.is_finite()) {
+            next = if hi < z0 {
+                0.5 * (lo + hi)
+            } else {
+                0.5 * (t + z0)
+            };
+        }
+        if (next - t).abs() <= 1e-10 * t {
+            break;
+        }
+        t = next;
+    }
+    best.min(value(t))
+}
+
+/// Seed 000 Theorem 2's chain for ½ ≤ α_m < 1: P(KL > η) ≤ exp(−tη + t·ln((b + α₀)/(b + c −
+/// t))), c = α_m − ½, 0 < t < b; the minimising t solves t² = l(b + c − t).
+fn theorem_2_kl(b: f64, alpha_total: f64, alpha_min: f64, l: f64) -> f64 {
+    let c = alpha_min - 0.5;
+    let t = (0.5 * ((l * l + 4.0 * l * (b + c)).sqrt() - l)).min(b * (1.0 - 1e-9));
+    if t.is_nan() || t <= 0.0 {
+        return f64::INFINITY;
+    }
+    l / t + ((alpha_total - c) / (b + c)).ln_1p() - (-t / (b + c)).ln_1p()
 }
 
 /// The three tail bounds on Q = ‖y − m‖₂², y ~ Dir(a) with Σa = a₀ and mean m, each valid at
@@ -307,12 +436,70 @@ impl Noise {
         self.law().map(|l| (l.v, l.mu4))
     }
 
-    /// Both bounds at total n and confidence 1 − β.
+    /// The bounds at total n and confidence 1 − β of the projected release (whose zeros leave
+    /// its KL unbounded: `kl` is ∞; see [`Self::smoothed_kl`]).
     pub fn bounds(&self, d: usize, n: f64, beta: f64) -> Bounds {
         Bounds {
             l2: self.l2(d, n, beta),
             cell_sd: self.cell_sd(d, n),
+            kl: f64::INFINITY,
         }
+    }
+
+    /// D_KL(x/n ‖ y) ≤ kl with probability ≥ 1 − β for every x with Σx = n (and every larger
+    /// total), for the *smoothed* release y = (max(z, 0) + k)/Σ, z = x + e (docs/PRIVACY.md,
+    /// "KL"). Per cell, with u = max(x + e, 0) + k: (x/n)·ln(x/u) ≤ φ(e)/n, φ(e) = |e|·ln(|e|/k)
+    /// when e < −k and 0 otherwise (the worst x is x = |e|), and Σu ≤ n + Σe⁺ + dk, so
+    /// KL = ln(Σu/n) + Σ(x/n)ln(x/u) ≤ (dk + Σe⁺ + Σφ(e))/n. On {max|eᵢ| ≤ M}, φ(e) ≤ ℓ·e⁻
+    /// with ℓ = ln(M/k)⁺, so KL ≤ (dk + W)/n, W = Σ(eᵢ⁺ + ℓeᵢ⁻). A union bound: P(max|eᵢ| >
+    /// M) ≤ fβ, Chernoff P(W > a) ≤ (1 − f)β; the best of a few splits f. ∞ for n = 0 or k ≤ 0.
+    pub fn smoothed_kl(&self, d: usize, n: f64, beta: f64, k: f64) -> f64 {
+        let Some(law) = self.law() else {
+            return f64::NAN;
+        };
+        if !(n > 0.0 && n.is_finite() && d >= 1 && beta > 0.0 && beta < 1.0 && k > 0.0) {
+            return f64::INFINITY;
+        }
+        let df = d as f64;
+        let mut best = f64::INFINITY;
+        for f in SPLITS {
+            let m = law.max_quantile(d, f * beta);
+            let ell = if m > k { (m / k).ln() } else { 0.0 };
+            let a = law.w_quantile(df, ell, (1.0 - f) * beta);
+            best = best.min((df * k + a) / n);
+        }
+        inflate(best)
+    }
+
+    /// The pseudo-count k that minimises [`Self::smoothed_kl`] (golden-section search in ln k;
+    /// any k is a valid choice, this one only the tightest found). Public: it depends on the
+    /// noise, d, n and β, never on counts.
+    pub fn best_smoothing(&self, d: usize, n: f64, beta: f64) -> f64 {
+        let Some(law) = self.law() else {
+            return f64::NAN;
+        };
+        let scale = law.scale();
+        let kl = |lnk: f64| self.smoothed_kl(d, n, beta, lnk.exp());
+        let (mut a, mut b) = ((scale * 1e-4).ln(), (scale * 1e2).ln());
+        let g = 0.5 * (5f64.sqrt() - 1.0);
+        let (mut c, mut e) = (b - g * (b - a), a + g * (b - a));
+        let (mut fc, mut fe) = (kl(c), kl(e));
+        for _ in 0..40 {
+            if fc <= fe {
+                b = e;
+                e = c;
+                fe = fc;
+                c = b - g * (b - a);
+                fc = kl(c);
+            } else {
+                a = c;
+                c = e;
+                fc = fe;
+                e = a + g * (b - a);
+                fe = kl(e);
+            }
+        }
+        (if fc <= fe { c } else { e }).exp()
     }
 
     /// ‖y − p‖₂ at confidence 1 − β for y = proj(z/Σz), z = x + e, every x with total n: with
@@ -365,6 +552,98 @@ impl Noise {
 }
 
 impl Law {
+    /// The noise's scale parameter: σ of the discrete Gaussian, b of the discrete Laplace (its
+    /// variance can be far smaller: a σ of 0.05 draws 0 all but e⁻²⁰⁰ of the time).
+    fn scale(&self) -> f64 {
+        match self.tail {
+            Tail::SubGaussian { proxy } => proxy.sqrt(),
+            Tail::Laplace { u, .. } => 1.0 / u,
+        }
+    }
+
+    /// M with d·P(|e| > M) ≤ β: the discrete Gaussian's tail P(|e| ≥ s) ≤ 2e^{−s²/(2σ²)}
+    /// (sub-Gaussian, CKS20), the discrete Laplace's exactly P(|e| > M) = 2p^{M+1}/(1 + p).
+    fn max_quantile(&self, d: usize, beta: f64) -> f64 {
+        let df = d as f64;
+        match self.tail {
+            Tail::SubGaussian { proxy } => (2.0 * proxy * (2.0 * df / beta).ln()).sqrt(),
+            Tail::Laplace { u, .. } => {
+                let p = (-u).exp();
+                // 2d·p^{M+1}/(1 + p) ≤ β ⇔ (M + 1)·u ≥ ln(2d/(β(1 + p))).
+                let need = (2.0 * df / (beta * (1.0 + p))).ln() / u;
+                (need.ceil() - 1.0).max(0.0)
+            }
+        }
+    }
+
+    /// a with P(W > a) ≤ β for W = Σᵢ (eᵢ⁺ + ℓ·eᵢ⁻) over d cells (Chernoff,
+    /// a = min_θ (ln(1/β) + d·ln E[e^{θw}])/θ). E[e^{θw}] = E[e^{θe⁺}] + E[e^{θℓe⁻}] − 1 (the two
+    /// parts are never both non-zero); for the discrete Laplace both are exact geometric sums,
+    /// for the discrete Gaussian E[e^{θe⁺}] ≤ e^{θ²σ²/2} + θ·E[e⁻] (E[e^{θe}] ≤ e^{θ²σ²/2},
+    /// and e^{θe} ≥ 1 + θe where e ≤ 0) with E[e⁻] = E|e|/2 bounded in [`half_abs_mean`].
+    fn w_quantile(&self, d: f64, ell: f64, beta: f64) -> f64 {
+        let l = (1.0 / beta).ln();
+        let mgf = |theta: f64| -> f64 {
+            match self.tail {
+                Tail::SubGaussian { proxy } => {
+                    let mu = half_abs_mean(proxy);
+                    (0.5 * theta * theta * proxy).exp_m1()
+                        + (0.5 * theta * theta * ell * ell * proxy).exp_m1()
+                        + theta * (1.0 + ell) * mu
+                }
+                Tail::Laplace { u, .. } => {
+                    let p = (-u).exp();
+                    // E[e^{s·e⁺}] − 1 = (1 − p)/(1 + p)·q/(1 − q) − p/(1 + p)·…, with q = pe^s:
+                    // P(e ≤ 0) + Σ_{j≥1} P(j)e^{sj} − 1 = ((1 − p)/(1 + p))·(q/(1 − q) − p/(1 − p)).
+                    let part = |s: f64| -> f64 {
+                        if s >= u {
+                            return f64::INFINITY;
+                        }
+                        let one_minus_q = -(s - u).exp_m1();
+                        let q = 1.0 - one_minus_q;
+                        let one_minus_p = -(-u).exp_m1();
+                        (one_minus_p / (1.0 + p)) * (q / one_minus_q - p / one_minus_p)
+                    };
+                    part(theta) + part(theta * ell)
+                }
+            }
+        };
+        // ln E[e^{θw}] = ln(1 + mgf(θ)); golden-section search in ln θ over a wide bracket.
+        let objective = |ln_theta: f64| {
+            let theta = ln_theta.exp();
+            let m = mgf(theta);
+            if !(m.is_finite() && m > -1.0) {
+                return f64::INFINITY;
+            }
+            (l + d * m.ln_1p()) / theta
+        };
+        let scale = self.scale();
+        let hi = match self.tail {
+            Tail::Laplace { u, .. } => (u * (1.0 - 1e-9) / ell.max(1.0)).ln(),
+            Tail::SubGaussian { .. } => (1e3 / scale).ln(),
+        };
+        let (mut a, mut b) = ((1e-6 / scale).ln().min(hi - 1.0), hi);
+        let g = 0.5 * (5f64.sqrt() - 1.0);
+        let (mut c, mut e) = (b - g * (b - a), a + g * (b - a));
+        let (mut fc, mut fe) = (objective(c), objective(e));
+        for _ in 0..60 {
+            if fc <= fe {
+                b = e;
+                e = c;
+                fe = fc;
+                c = b - g * (b - a);
+                fc = objective(c);
+            } else {
+                a = c;
+                c = e;
+                fc = fe;
+                e = a + g * (b - a);
+                fe = objective(e);
+            }
+        }
+        fc.min(fe)
+    }
+
     /// q with P(‖Me‖₂² > q) ≤ β for every p in the simplex. At p = e_k, ‖Me‖² =
     /// Σ_{i≠k} eᵢ² + (Σ_{i≠k} eᵢ)²; with m = d − 1, E = 2mv and Var = 2v²(m² + 3m) +
     /// 4m(μ₄ − 3v²) (the quadratic form eᵀAe, A = MᵀM, has E = v·tr A and Var = 2v² tr A² +
@@ -475,6 +754,27 @@ fn laplace_ln_mgf(t: f64, u: f64, one_minus_p: f64) -> f64 {
     2.0 * one_minus_p.ln() - (-(t - u).exp_m1()).ln() - (-(-t - u).exp_m1()).ln()
 }
 
+/// An upper bound on E[e⁻] = E|e|/2 for the discrete Gaussian of variance proxy σ²: below σ =
+/// 4 by direct summation (as [`discrete_gaussian_moments`]), above it from
+/// Σ_{j≥1} j·e^{−j²/(2σ²)} ≤ σ² + σe^{−1/2} (a unimodal sum, at most its integral plus its
+/// largest term) and Z ≥ √(2π)σ (Poisson summation): E|e| ≤ 2(σ + e^{−1/2})/√(2π).
+fn half_abs_mean(proxy: f64) -> f64 {
+    let sigma = proxy.sqrt();
+    if sigma >= 4.0 {
+        return (sigma + (-0.5f64).exp()) / (2.0 * std::f64::consts::PI).sqrt();
+    }
+    let top = (15.0 * sigma).ceil() as i64 + 2;
+    let (mut z, mut m1) = (1.0, 0.0);
+    for y in 1..=top {
+        let yf = y as f64;
+        let w = 2.0 * (-(yf * yf) / (2.0 * proxy)).exp();
+        z += w;
+        m1 += w * yf;
+    }
+    // The tail beyond 15σ adds below 1e-48 of the sum: rounded up by a relative 1e-12.
+    0.5 * m1 / z * (1.0 + 1e-12)
+}
+
 /// E[Y²] and E[Y⁴] of the discrete Gaussian N_ℤ(0, σ²), P(y) ∝ e^{−y²/(2σ²)}. Below σ = 4 by
 /// direct summation over |y| ≤ 15σ + 2 (the rest changes E[Y⁴] by a relative < 1e-40); from
 /// σ = 4 on the
@@ -544,11 +844,13 @@ impl SelectionDraw {
         }
     }
 
-    /// Both bounds at the selection's ε and confidence 1 − β (n is the candidates' own).
+    /// The bounds at the selection's ε and confidence 1 − β (n is the candidates' own; no KL
+    /// bound is proven for it).
     pub fn bounds(&self, epsilon: f64, beta: f64) -> Bounds {
         Bounds {
             l2: self.l2(epsilon, beta),
             cell_sd: self.cell_sd(epsilon),
+            kl: f64::INFINITY,
         }
     }
 
@@ -639,6 +941,125 @@ mod tests {
     use super::*;
     use crate::privacy::exponential::hellinger_beta;
     use proptest::prelude::*;
+
+    /// The KL bound against its definition computed independently (mpmath, 40 digits: the
+    /// minimum over t of (Λ(t) + ln(1/β))/t with Λ from lnΓ): never below it (any t is a valid
+    /// bound, the minimum the tightest), and within 1e-7 of it — at large b too, where lnΓ
+    /// differences in f64 would have lost every digit.
+    #[test]
+    fn the_kl_bound_is_the_minimum_over_t() {
+        let cases = [
+            ((100.0, 6.0, 1.0, 0.05), 0.122_644_722_073_117_72),
+            ((30.0, 12.0, 2.0, 0.05), 0.549_043_942_671_098),
+            ((1e4, 40.0, 1.0, 0.01), 0.006_101_738_031_289_47),
+            ((1e6, 200.0, 5.0, 0.05), 0.000_231_182_998_160_109_22),
+            ((5.0, 3.0, 1.5, 0.2), 0.726_193_671_576_541_4),
+            ((1e9, 1000.0, 1.0, 0.05), 1.078_375_211_330_962_8e-6),
+        ];
+        for ((b, a0, am, beta), want) in cases {
+            let got = dirichlet_kl(b, a0, am, beta);
+            assert!(
+                got >= want && got <= want * (1.0 + 1e-7),
+                "b {b}, α₀ {a0}, α_m {am}, β {beta}: {got} vs {want}"
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// The claim the KL bound rests on (docs/PRIVACY.md, "KL"): with every αᵢ ≥ 1 the log
+        /// of E[e^{t·KL(p ‖ y)}] over the p-dependent part, Σᵢ g(pᵢ) with
+        /// g(p) = tp ln p + lnΓ((b − t)p + αᵢ) − lnΓ(bp + αᵢ), is largest at the one-hot p in the
+        /// smallest prior's cell: each g is convex with g(0) = 0.
+        #[test]
+        fn the_kl_mgf_is_largest_at_a_one_hot_count(
+            alphas in prop::collection::vec(1.0f64..12.0, 2..6),
+            weights in prop::collection::vec(0.0f64..1.0, 6),
+            zeros in prop::collection::vec(any::<bool>(), 6),
+            b in 0.05f64..3000.0,
+            frac in 0.01f64..0.99,
+        ) {
+            let d = alphas.len();
+            let am = alphas.iter().copied().fold(f64::INFINITY, f64::min);
+            let t = frac * (b + am);
+            let w: Vec<f64> = (0..d).map(|i| if zeros[i] { 0.0 } else { weights[i] }).collect();
+            let total: f64 = w.iter().sum();
+            prop_assume!(total > 0.0);
+            let g = |p: f64, a: f64| {
+                if p == 0.0 {
+                    0.0
+                } else {
+                    t * p * p.ln() + crate::privacy::special::ln_gamma((b - t) * p + a)
+                        - crate::privacy::special::ln_gamma(b * p + a)
+                }
+            };
+            let lhs: f64 = (0..d).map(|i| g(w[i] / total, alphas[i])).sum();
+            let rhs = g(1.0, am);
+            let scale = crate::privacy::special::ln_gamma(b + 12.0).abs() + 1.0;
+            prop_assert!(lhs <= rhs + 1e-11 * scale, "{lhs} > {rhs}");
+        }
+    }
+
+    /// The lemma behind it (docs/PRIVACY.md, "KL"): H(w) = d/dw[w²ψ′(w + α)] ≤ 1 for every
+    /// w ≥ 0 when α ≥ 1 — and not at α = ½, where the proof (and the bound's first case) stops.
+    #[test]
+    fn the_convexity_lemma_holds_from_alpha_one() {
+        let h = |w: f64, a: f64| {
+            let (tri, tetra) = crate::privacy::special::trigamma_tetragamma(w + a);
+            2.0 * w * tri + w * w * tetra
+        };
+        for a in [1.0, 1.2, 2.0, 5.0, 40.0] {
+            let mut w = 1e-6;
+            while w < 1e7 {
+                assert!(h(w, a) <= 1.0 + 1e-12, "α {a}, w {w}: {}", h(w, a));
+                w *= 1.07;
+            }
+        }
+        assert!(h(0.63, 0.5) > 1.04);
+    }
+
+    /// More data, less divergence: the bound falls with b (so it holds for every total above a
+    /// public lower bound), and rises with the prior's mass.
+    #[test]
+    fn the_kl_bound_falls_with_the_total_and_rises_with_the_prior() {
+        for (a0, am) in [(6.0, 1.0), (40.0, 1.0), (12.0, 0.75), (300.0, 3.0)] {
+            let mut last = f64::INFINITY;
+            for b in [0.5, 3.0, 10.0, 100.0, 1e3, 1e5, 1e8, 1e12] {
+                let eta = dirichlet_kl(b, a0, am, 0.05);
+                assert!(eta < last, "α₀ {a0}, α_m {am}: {eta} at {b} after {last}");
+                last = eta;
+            }
+            assert!(dirichlet_kl(100.0, 2.0 * a0, am, 0.05) > dirichlet_kl(100.0, a0, am, 0.05));
+        }
+        assert_eq!(dirichlet_kl(100.0, 4.0, 0.4, 0.05), f64::INFINITY);
+        assert_eq!(dirichlet_kl(0.0, 4.0, 1.0, 0.05), f64::INFINITY);
+    }
+
+    /// The smoothed baselines' KL bound: finite for any k > 0 and total n > 0, falls with n,
+    /// and the pseudo-count the planner picks is at least as good as neighbouring ones.
+    #[test]
+    fn the_smoothed_kl_bound_falls_with_n_and_the_chosen_k_is_a_minimum() {
+        for noise in [
+            Noise::Gaussian { sigma: 3.0 },
+            Noise::Laplace { scale: 2.5 },
+        ] {
+            let mut last = f64::INFINITY;
+            for n in [10.0, 100.0, 1e4, 1e7] {
+                let kl = noise.smoothed_kl(20, n, 0.05, 1.0);
+                assert!(kl.is_finite() && kl < last, "{noise:?} {n}: {kl}");
+                last = kl;
+            }
+            let k = noise.best_smoothing(20, 1e4, 0.05);
+            let at = |k: f64| noise.smoothed_kl(20, 1e4, 0.05, k);
+            assert!(
+                at(k) <= at(0.7 * k) && at(k) <= at(1.4 * k),
+                "{noise:?}: k = {k}"
+            );
+            assert_eq!(noise.smoothed_kl(20, 0.0, 0.05, 1.0), f64::INFINITY);
+            assert_eq!(noise.bounds(20, 1e4, 0.05).kl, f64::INFINITY);
+        }
+    }
 
     /// (x)_k, the rising factorial.
     fn rising(x: f64, k: u32) -> f64 {

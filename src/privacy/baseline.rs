@@ -56,6 +56,41 @@ pub fn integer_counts(counts: &Counts) -> Result<Vec<i64>, BaselineError> {
         .collect()
 }
 
+/// Counts + N_ℤ(0, σ²) per cell: the noisy integer counts z, before any post-processing.
+pub fn gaussian_noisy(
+    counts: &Counts,
+    sigma: f64,
+    rng: &mut CsRng,
+) -> Result<Vec<i64>, BaselineError> {
+    let x = integer_counts(counts)?;
+    let g = DiscreteGaussian::new(sigma)?;
+    Ok(add_noise(&x, || g.sample(rng)))
+}
+
+/// Counts + L_ℤ(b) per cell: the noisy integer counts z, before any post-processing.
+pub fn laplace_noisy(
+    counts: &Counts,
+    scale: f64,
+    rng: &mut CsRng,
+) -> Result<Vec<i64>, BaselineError> {
+    let x = integer_counts(counts)?;
+    let l = DiscreteLaplace::new(scale)?;
+    Ok(add_noise(&x, || l.sample(rng)))
+}
+
+/// The smoothed output y = (max(z, 0) + k)/Σ (k > 0, a public pseudo-count): post-processing
+/// of the noisy counts, free of privacy cost. Every cell is at least k/Σ > 0, so D_KL(x/n ‖ y) is
+/// finite (docs/PRIVACY.md, "KL"); the sum is compensated, then the vector renormalised.
+pub fn smooth(z: &[i64], k: f64) -> Vec<f64> {
+    let u: Vec<f64> = z.iter().map(|&v| v.max(0) as f64 + k).collect();
+    let mut total = Compensated::default();
+    for v in &u {
+        total.add(*v);
+    }
+    let total = total.sum();
+    u.into_iter().map(|v| v / total).collect()
+}
+
 /// Counts + N_ℤ(0, σ²) per cell, projected to the simplex. Priced by
 /// `discrete::gaussian_rdp` (CKS20: the continuous curve λΔ2²/(2σ²)).
 pub fn gaussian_release(

@@ -98,7 +98,7 @@ pub(crate) fn scaled_trigamma(x: f64) -> f64 {
 /// is integrated in closed form, ψ′(x) = 1/x² + ψ′(x + 1) (A&S 6.4.6), and only the smooth
 /// remainder by quadrature: the quadrature needs pieces in proportion to ln(b/p) on ψ′ itself
 /// (α − s = 1e-5 took 34 pieces) but ln(1 + b/(1 + p)) on the remainder.
-fn kernel_integrals(p: f64, b: f64) -> (f64, f64) {
+pub(crate) fn kernel_integrals(p: f64, b: f64) -> (f64, f64) {
     if p < 1.0 && b >= p && p >= SPLIT_RANGE.0 && b <= SPLIT_RANGE.1 {
         let (rising, falling) = singular_part(b / p);
         let (smooth_rising, smooth_falling) = quadrature(p, 1.0, b);

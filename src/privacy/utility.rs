@@ -39,13 +39,10 @@ pub struct SelectionForecast {
 ///   the bound is √2.
 /// - `max_cell_variance`: Var[yᵢ] = aᵢ(a₀ − aᵢ)/(a₀²(a₀ + 1)) ≤ 1/(4(a₀ + 1)) with a₀ = rN + α₀
 ///   (000 §2.2; the maximum of aᵢ(a₀ − aᵢ) is a₀²/4), which needs no cell value.
-/// - `kl_tail`: 000 Theorem 2 with β_KL = rN applies to a uniform prior α_m and needs
-///   rN ≥ dα_m/(e^{η/2} − 1), i.e. η ≥ η_min = 2·ln(1 + dα_m/(rN)). The η reported is the
-///   smallest η ≥ η_min at which the tail bound exp(−rNη²/(2(2+η)(4+3η))) is at most β, so
-///   that "KL(x/N ‖ y) ≤ η with probability ≥ 1 − β" reads like the ℓ2 bound; when no η gets
-///   the bound down to β (it tends to exp(−rN/6) as η → ∞), η_min and its bound are reported.
-///   `None` when the prior is not uniform (α₀ ≠ d·α_m: the theorem is stated for a uniform α),
-///   when rN = 0, or for invalid input.
+/// - `kl_tail`: KL(x/N ‖ y) ≤ η with probability ≥ 1 − β (`probability` = β), η the planner's
+///   KL bound (`accuracy::dirichlet_kl`: the worst x's moment generating function for α_m ≥ 1,
+///   seed 000 Theorem 2's chain for ½ ≤ α_m < 1), which holds for every x of total N. `None`
+///   when α_m < ½ (no bound is proven), when rN = 0, or for invalid input.
 ///
 /// Invalid input (non-finite or negative values, r or α ≤ 0, d = 0, β ∉ (0, 1)) gives NaN bounds
 /// and no KL tail.
@@ -87,41 +84,17 @@ pub fn dirichlet_forecast(
         std::f64::consts::SQRT_2
     };
     let max_cell_variance = 1.0 / (4.0 * (a0 + 1.0));
-    let uniform = (alpha_total - d_f * alpha_min).abs() <= 1e-9 * alpha_total;
-    let kl_tail = if uniform && rn > 0.0 {
-        kl_tail(rn, alpha_min, d_f, beta)
-    } else {
-        None
-    };
+    let eta = super::accuracy::dirichlet_kl(rn, alpha_total, alpha_min, beta);
+    let kl_tail = eta.is_finite().then_some(KlTail {
+        eta,
+        probability: beta,
+    });
     Forecast {
         l2_bound,
         l2_bound_confidence: 1.0 - beta,
         max_cell_variance,
         kl_tail,
     }
-}
-
-/// 000 Theorem 2's bound exp(−Bη²/(2(2+η)(4+3η))) at the η chosen in [`dirichlet_forecast`].
-fn kl_tail(b: f64, alpha: f64, d: f64, beta: f64) -> Option<KlTail> {
-    let eta_min = 2.0 * (d * alpha / b).ln_1p();
-    // Bound = β ⇔ η²/((2+η)(4+3η)) = q with q = 2 ln(1/β)/B ⇔ (1−3q)η² − 10qη − 8q = 0,
-    // solvable for η > 0 only if q < 1/3 (the left side increases to 1/3).
-    let q = 2.0 * (1.0 / beta).ln() / b;
-    let eta_beta = if q < 1.0 / 3.0 {
-        let a = 1.0 - 3.0 * q;
-        (10.0 * q + (100.0 * q * q + 32.0 * q * a).sqrt()) / (2.0 * a)
-    } else {
-        f64::INFINITY
-    };
-    let eta = if eta_beta.is_finite() {
-        eta_beta.max(eta_min)
-    } else {
-        eta_min
-    };
-    let probability = (-b * eta * eta / (2.0 * (2.0 + eta) * (4.0 + 3.0 * eta)))
-        .exp()
-        .min(1.0);
-    (eta.is_finite() && probability.is_finite()).then_some(KlTail { eta, probability })
 }
 
 /// 000 §2.2: E[y_i] = (r x_i + α_i)/(rN + α₀).
@@ -173,24 +146,27 @@ mod tests {
         );
     }
 
+    /// The KL tail is the planner's bound at the forecast's confidence, for uniform and
+    /// per-cell priors alike; none below α_m = ½ (no bound proven) or at N = 0.
     #[test]
-    fn kl_tail_condition_and_level() {
-        // Large rN: the bound reaches β at an η above η_min.
+    fn kl_tail_is_the_planners_bound() {
         let f = dirichlet_forecast(1.0, 10.0, 1.0, 1e5, 10, 0.05);
-        let t = f.kl_tail.expect("condition holds");
-        let eta_min = 2.0 * (10.0f64 / 1e5).ln_1p();
-        assert!(t.eta >= eta_min);
-        assert!((t.probability - 0.05).abs() < 1e-12, "{t:?}");
-        // and the paper's condition holds at the reported η
-        assert!(1e5 >= 10.0 * 1.0 / ((t.eta / 2.0).exp() - 1.0));
-        // Small rN: no η brings the bound to β; η_min and its (large) bound are reported.
-        let t = dirichlet_forecast(0.01, 10.0, 1.0, 100.0, 10, 0.05)
-            .kl_tail
-            .unwrap();
-        assert!((t.eta - 2.0 * (10.0f64 / 1.0).ln_1p()).abs() < 1e-12);
-        assert!(t.probability > 0.05);
-        // Non-uniform prior or N = 0: the theorem does not apply.
+        let t = f.kl_tail.expect("α_m ≥ 1");
+        assert_eq!(t.probability, 0.05);
+        assert_eq!(
+            t.eta,
+            crate::privacy::accuracy::dirichlet_kl(1e5, 10.0, 1.0, 0.05)
+        );
+        // About the bias (d − 1)α/(rN) plus its fluctuation: far below Theorem 2's closed form.
+        assert!(t.eta > 9.0 / 1e5 && t.eta < 5.0 * 9.0 / 1e5, "{t:?}");
+        // A per-cell prior (α₀ ≠ dα_m) has a bound too; α_m in [½, 1) Theorem 2's chain.
         assert!(dirichlet_forecast(1.0, 12.0, 1.0, 1e5, 10, 0.05)
+            .kl_tail
+            .is_some());
+        assert!(dirichlet_forecast(1.0, 6.0, 0.6, 1e5, 10, 0.05)
+            .kl_tail
+            .is_some());
+        assert!(dirichlet_forecast(1.0, 4.0, 0.4, 1e5, 10, 0.05)
             .kl_tail
             .is_none());
         assert!(dirichlet_forecast(1.0, 10.0, 1.0, 0.0, 10, 0.05)

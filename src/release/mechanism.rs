@@ -285,6 +285,8 @@ pub struct Supports {
 pub enum TargetKind {
     L2,
     CellSd,
+    /// D_KL(x/n ‖ y), the metric the Dirichlet mechanism minimises.
+    Kl,
 }
 
 /// What a preview's forecast is about.
@@ -382,12 +384,14 @@ pub enum VectorForecast {
 pub struct Need {
     pub l2: bool,
     pub cell_sd: bool,
+    pub kl: bool,
 }
 
 impl Need {
     pub const ALL: Need = Need {
         l2: true,
         cell_sd: true,
+        kl: true,
     };
 }
 
@@ -454,8 +458,13 @@ pub struct Setup {
     pub shape: Shape,
     pub order: Order,
     pub sens: Sensitivity,
-    /// β = 1 − confidence of the ℓ2 target.
+    /// β = 1 − confidence of the ℓ2 and KL targets.
     pub beta: f64,
+    /// Which bounds the item's target asks about (every one for a forecast at a given ε).
+    pub need: Need,
+    /// Whether the item's target asks for KL: a mechanism may then run differently (the
+    /// additive baselines smooth their output).
+    pub kl_target: bool,
 }
 
 impl Setup {
@@ -632,9 +641,8 @@ pub trait Mechanism: 'static {
     /// at the ledger order, like a release without `order`).
     fn at_epsilon(
         settings: &Self::Settings,
-        shape: &Shape,
+        s: &Setup,
         epsilon: Epsilon,
-        ledger: Order,
         cache: &Cache,
     ) -> Result<Self::Spec, String>;
 

@@ -385,11 +385,17 @@ pub(crate) mod specs {
     }
 
     pub fn gaussian(target: Target) -> Spec {
-        Spec::Gaussian(noise::Spec::Calibrated(target))
+        Spec::Gaussian(noise::Spec::Calibrated {
+            target,
+            smoothing: noise::Smoothing::Projected,
+        })
     }
 
     pub fn laplace(target: Target) -> Spec {
-        Spec::Laplace(noise::Spec::Calibrated(target))
+        Spec::Laplace(noise::Spec::Calibrated {
+            target,
+            smoothing: noise::Smoothing::Projected,
+        })
     }
 
     /// The Dirichlet draw of a plan of the family.

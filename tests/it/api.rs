@@ -1921,7 +1921,125 @@ async fn unrepresentable_exponential_parameters_are_refused(backend: Backend) {
     assert_eq!(app.budget(&tiny).await["releases"], 1);
 }
 
+/// Planning by KL through the API: a `kl` target is planned and forecast; the additive
+/// baselines meet it smoothed, with the pseudo-count the plan reports; a release made as planned
+/// (with that `smoothing`) is charged exactly the planned cost, records the pseudo-count and has
+/// no zero cell; the listing says which mechanisms take `smoothing` and plan `kl`.
+async fn kl_targets_and_smoothing_through_the_api(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(2.0, 10.0).await;
+    let plan = |item: Value| {
+        let app = &app;
+        let id = id.clone();
+        async move {
+            let response = app
+                .post(
+                    &format!("/v1/datasets/{id}/plan"),
+                    ADMIN_TOKEN,
+                    &json!({ "items": [item] }),
+                )
+                .await;
+            assert_eq!(response.status(), StatusCode::OK);
+            let answer: Value = response.json().await.unwrap();
+            answer["items"][0].clone()
+        }
+    };
+    // `auto`: every mechanism with a KL bound is considered; the one chosen meets the target.
+    let auto = plan(json!({"d": 6, "n": 500, "target": {"kl": 0.08}})).await;
+    assert_eq!(auto["status"], "planned", "{auto}");
+    assert!(auto["forecast"]["kl"].as_f64().unwrap() <= 0.08, "{auto}");
+    let statuses: Vec<(&str, &str)> = auto["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["mechanism"].as_str().unwrap(),
+                c["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        statuses.contains(&("laplace", "planned")) || statuses.contains(&("laplace", "chosen")),
+        "{statuses:?}"
+    );
+    // The Laplace baseline alone: smoothed, with the pseudo-count in its parameters.
+    let laplace =
+        plan(json!({"d": 6, "n": 500, "mechanism": "laplace", "target": {"kl": 0.08}})).await;
+    assert_eq!(laplace["status"], "planned", "{laplace}");
+    let k = laplace["parameters"]["smoothing"]
+        .as_f64()
+        .expect("a pseudo-count");
+    let epsilon = laplace["epsilon"].as_f64().unwrap();
+    // Released as planned: the same cost, the pseudo-count recorded, no empty cell.
+    let response = app
+        .post(
+            &format!("/v1/datasets/{id}/releases"),
+            ADMIN_TOKEN,
+            &json!({"counts": [400, 60, 30, 10, 0, 0], "mechanism": "laplace", "epsilon": epsilon, "smoothing": k}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let released: Value = response.json().await.unwrap();
+    assert_eq!(released["cost"]["epsilon"], laplace["cost"], "{released}");
+    assert_eq!(released["mechanism"]["smoothing"], json!(k));
+    assert!(released["distribution"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|y| y.as_f64().unwrap() > 0.0));
+    // Without smoothing a projected baseline has no KL bound: a KL target is out of its reach.
+    let fixed = plan(
+        json!({"d": 6, "n": 500, "mechanism": "gaussian", "sigma": 3, "target": {"kl": 0.08}}),
+    )
+    .await;
+    assert_eq!(fixed["status"], "unreachable", "{fixed}");
+    // A given `smoothing` is kept, not re-chosen.
+    let given = plan(json!({"d": 6, "n": 500, "mechanism": "gaussian", "smoothing": 2.5, "target": {"kl": 0.08}})).await;
+    assert_eq!(given["parameters"]["smoothing"], 2.5, "{given}");
+    // A negative pseudo-count is refused, naming the field.
+    let response = app
+        .post(
+            &format!("/v1/datasets/{id}/releases/preview"),
+            ADMIN_TOKEN,
+            &json!({"counts": [4, 6], "mechanism": "gaussian", "epsilon": 1, "smoothing": -1}),
+        )
+        .await;
+    let problem = assert_problem(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
+    assert_eq!(problem["field"], "smoothing");
+    // The listing.
+    let listed: Value = app
+        .get("/v1/mechanisms", ADMIN_TOKEN)
+        .await
+        .json()
+        .await
+        .unwrap();
+    for m in listed["mechanisms"].as_array().unwrap() {
+        let takes_smoothing = m["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == "smoothing");
+        let name = m["name"].as_str().unwrap();
+        assert_eq!(
+            takes_smoothing,
+            name == "gaussian" || name == "laplace",
+            "{m}"
+        );
+        let plans_kl = m["targets"].as_array().unwrap().contains(&json!("kl"));
+        assert_eq!(plans_kl, name != "exponential", "{m}");
+    }
+    // Nothing was charged but the one release.
+    assert_eq!(app.budget(&id).await["releases"], 1);
+}
+
 on_both_backends!(
+    kl_targets_and_smoothing_through_the_api,
     exact_splits_and_exact_pricing,
     a_timed_out_release_is_a_problem_and_never_half_written,
     story,

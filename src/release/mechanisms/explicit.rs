@@ -57,7 +57,7 @@ impl Mechanism for Explicit {
     const EPSILON: EpsilonUse = EpsilonUse::Cap;
     const SUPPORTS: Supports = Supports {
         tables: true,
-        targets: &[TargetKind::L2, TargetKind::CellSd],
+        targets: &[TargetKind::L2, TargetKind::CellSd, TargetKind::Kl],
         // Its parameters are given: `"auto"` has nothing to choose.
         auto: false,
         forecast: Some(ForecastKind::Dirichlet),
@@ -159,13 +159,7 @@ impl Mechanism for Explicit {
     }
 
     /// Nothing to calibrate: the parameters given, uncapped (the plan reports their cost).
-    fn at_epsilon(
-        settings: &Settings,
-        _: &Shape,
-        _: Epsilon,
-        _: Order,
-        _: &Cache,
-    ) -> Result<Spec, String> {
+    fn at_epsilon(settings: &Settings, _: &Setup, _: Epsilon, _: &Cache) -> Result<Spec, String> {
         Ok(Spec {
             settings: settings.clone(),
             cap: None,

@@ -122,6 +122,8 @@ impl Draw for SelectionDrawParams {
             } else {
                 0.0
             },
+            // No KL bound is proven for the selection's point estimate.
+            kl: f64::INFINITY,
         }
     }
 
@@ -400,14 +402,13 @@ impl Mechanism for Exponential {
 
     fn at_epsilon(
         settings: &Settings,
-        shape: &Shape,
+        s: &Setup,
         epsilon: Epsilon,
-        _ledger: Order,
         cache: &Cache,
     ) -> Result<Spec, String> {
         Ok(Spec {
             epsilon,
-            candidates: cached(settings, shape, cache)?,
+            candidates: cached(settings, &s.shape, cache)?,
         })
     }
 

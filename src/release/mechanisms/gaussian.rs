@@ -11,7 +11,7 @@ use crate::privacy::{CalibrationError, Counts, Epsilon, Order, Sensitivity};
 use crate::release::mechanism::{FieldSpec, Setup, Wire, GRID};
 use crate::schema::SchemaRef;
 
-use super::noise::{scale_schema, Additive, Law};
+use super::noise::{scale_schema, Additive, Law, SMOOTHING};
 
 /// The registered mechanism.
 pub type Gaussian = Additive<DiscreteGaussian>;
@@ -28,14 +28,17 @@ impl Law for DiscreteGaussian {
         counts: `sigma` given (`epsilon` is then an optional cap and `order` does not apply), or \
         calibrated to `epsilon` at `order`.";
     const FIELD: &'static str = "sigma";
-    const FIELDS: &'static [FieldSpec] = &[FieldSpec {
-        name: "sigma",
-        wire: Wire::Number,
-        required: false,
-        default: None,
-        description: "The noise's σ > 0; calibrated to `epsilon` when absent.",
-        schema: sigma_schema,
-    }];
+    const FIELDS: &'static [FieldSpec] = &[
+        FieldSpec {
+            name: "sigma",
+            wire: Wire::Number,
+            required: false,
+            default: None,
+            description: "The noise's σ > 0; calibrated to `epsilon` when absent.",
+            schema: sigma_schema,
+        },
+        SMOOTHING,
+    ];
     const PRICING: &'static str = "Which curve priced the charge. `exact`: λΔ2²/(2σ²) is the \
         exact worst-case Rényi divergence of the discrete Gaussian (histogram relations at an \
         integer ledger order, CKS20). `bound`: an upper bound (a non-integer order, or a custom \
@@ -58,8 +61,8 @@ impl Law for DiscreteGaussian {
         discrete::gaussian_pricing(order, sens)
     }
 
-    fn release(counts: &Counts, sigma: f64, rng: &mut CsRng) -> Result<Vec<f64>, BaselineError> {
-        baseline::gaussian_release(counts, sigma, rng)
+    fn noisy(counts: &Counts, sigma: f64, rng: &mut CsRng) -> Result<Vec<i64>, BaselineError> {
+        baseline::gaussian_noisy(counts, sigma, rng)
     }
 
     fn noise(sigma: f64) -> Noise {

@@ -12,7 +12,7 @@ use crate::privacy::{CalibrationError, Counts, Epsilon, Order, Sensitivity};
 use crate::release::mechanism::{FieldSpec, Setup, Wire, GRID};
 use crate::schema::SchemaRef;
 
-use super::noise::{scale_schema, Additive, Law};
+use super::noise::{scale_schema, Additive, Law, SMOOTHING};
 
 /// The registered mechanism.
 pub type Laplace = Additive<DiscreteLaplace>;
@@ -29,14 +29,17 @@ impl Law for DiscreteLaplace {
         e^{−|y|/scale}) per cell on integer counts: `scale` given (`epsilon` is then an optional \
         cap and `order` does not apply), or calibrated to `epsilon` at `order`.";
     const FIELD: &'static str = "scale";
-    const FIELDS: &'static [FieldSpec] = &[FieldSpec {
-        name: "scale",
-        wire: Wire::Number,
-        required: false,
-        default: None,
-        description: "The noise's scale b > 0; calibrated to `epsilon` when absent.",
-        schema: scale_field_schema,
-    }];
+    const FIELDS: &'static [FieldSpec] = &[
+        FieldSpec {
+            name: "scale",
+            wire: Wire::Number,
+            required: false,
+            default: None,
+            description: "The noise's scale b > 0; calibrated to `epsilon` when absent.",
+            schema: scale_field_schema,
+        },
+        SMOOTHING,
+    ];
     const PRICING: &'static str = "`exact`: the discrete Laplace's exact worst-case Rényi \
         divergence (histogram relations). `bound`: the pure-DP/zCDP bound used for custom \
         relations.";
@@ -58,8 +61,8 @@ impl Law for DiscreteLaplace {
         discrete::laplace_pricing(sens)
     }
 
-    fn release(counts: &Counts, scale: f64, rng: &mut CsRng) -> Result<Vec<f64>, BaselineError> {
-        baseline::laplace_release(counts, scale, rng)
+    fn noisy(counts: &Counts, scale: f64, rng: &mut CsRng) -> Result<Vec<i64>, BaselineError> {
+        baseline::laplace_noisy(counts, scale, rng)
     }
 
     fn noise(scale: f64) -> Noise {

@@ -282,6 +282,45 @@ pub fn field_names() -> &'static [&'static str] {
     })
 }
 
+/// Every mechanism field's schema, once (a plan item takes any of them): one mechanism's
+/// schema, or where several mechanisms declare the name with different meanings, any of theirs.
+pub fn field_schemas() -> Vec<(&'static str, SchemaRef)> {
+    field_names()
+        .iter()
+        .map(|&name| {
+            let mut schemas: Vec<SchemaRef> = Vec::new();
+            let mut seen: Vec<String> = Vec::new();
+            for f in Kind::ALL
+                .iter()
+                .flat_map(|k| k.fields())
+                .filter(|f| f.name == name)
+            {
+                let schema = (f.schema)();
+                let text = serde_json::to_string(&schema).unwrap_or_default();
+                if !seen.contains(&text) {
+                    seen.push(text);
+                    schemas.push(schema);
+                }
+            }
+            let takers: Vec<Kind> = Kind::ALL.into_iter().filter(|k| k.takes(name)).collect();
+            let schema: SchemaRef = match schemas.len() {
+                1 => schemas.remove(0),
+                _ => schemas
+                    .into_iter()
+                    .fold(utoipa::openapi::schema::AnyOfBuilder::new(), |b, s| {
+                        b.item(s)
+                    })
+                    .description(Some(format!(
+                        "The field of {}, as in a release request.",
+                        names(&takers)
+                    )))
+                    .into(),
+            };
+            (name, schema)
+        })
+        .collect()
+}
+
 /// The refusal of a field `kind` does not take, naming those that do.
 pub fn not_taken(kind: Kind, field: &'static str) -> RequestError {
     let takers: Vec<Kind> = Kind::ALL.into_iter().filter(|k| k.takes(field)).collect();

@@ -1,15 +1,17 @@
 //! The additive baselines as one mechanism over a noise law: exact integer noise per cell on
 //! integer counts (`privacy::discrete`, CKS20), the noisy counts projected onto the simplex
-//! (`privacy::baseline`). The noise's scale is given (`epsilon` is then an optional cap) or
-//! calibrated to `epsilon` at `order`. `gaussian` and `laplace` are this mechanism with their
-//! [`Law`] (their own modules), each registered once.
+//! (`privacy::baseline`) — or, with a public pseudo-count `smoothing` k, y = (max(z, 0) + k)/Σ,
+//! whose every cell is positive so that its KL divergence to x/n is finite (post-processing:
+//! free). The noise's scale is given (`epsilon` is then an optional cap) or calibrated to
+//! `epsilon` at `order`. `gaussian` and `laplace` are this mechanism with their [`Law`] (their
+//! own modules), each registered once.
 
 use std::marker::PhantomData;
 
 use serde_json::{json, Map, Value};
 use utoipa::openapi::schema::ObjectBuilder;
 
-use crate::privacy::accuracy::{Bounds, Noise};
+use crate::privacy::accuracy::{Bounds, Noise, MAX_CELL_SD, MAX_L2};
 use crate::privacy::baseline::{self, BaselineError};
 use crate::privacy::curve::Pricing;
 use crate::privacy::discrete::{integer_sensitivity, MAX_NOISE_SCALE};
@@ -45,8 +47,8 @@ pub trait Law: 'static + Send + Sync {
     /// Its RDP at `order` for a noise scale.
     fn rdp(order: Order, scale: f64, sens: &Sensitivity, d: usize) -> f64;
     fn pricing(order: Order, sens: &Sensitivity) -> Pricing;
-    /// Counts plus the noise, projected to the simplex.
-    fn release(counts: &Counts, scale: f64, rng: &mut CsRng) -> Result<Vec<f64>, BaselineError>;
+    /// Counts plus the noise: the noisy integer counts.
+    fn noisy(counts: &Counts, scale: f64, rng: &mut CsRng) -> Result<Vec<i64>, BaselineError>;
     /// The noise law for the accuracy bounds.
     fn noise(scale: f64) -> Noise;
     /// The search's ends in strength t = −ln(scale) (`Strength::ends`).
@@ -56,23 +58,64 @@ pub trait Law: 'static + Send + Sync {
 /// An additive baseline with noise law `L`.
 pub struct Additive<L>(PhantomData<L>);
 
-/// A noise scale given, or calibrated to a target.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Spec {
-    Given { scale: f64, cap: Option<Epsilon> },
-    Calibrated(Target),
+/// The mechanism's own fields: the noise scale and the pseudo-count, when given.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Settings {
+    pub scale: Option<f64>,
+    pub smoothing: Option<f64>,
 }
 
-/// The draw: integer noise of this scale in every cell.
+/// How the output is post-processed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Smoothing {
+    /// Projected onto the simplex (the ℓ2-closest distribution).
+    Projected,
+    /// Smoothed with this pseudo-count.
+    Given(f64),
+    /// Smoothed with the pseudo-count that minimises the KL bound for a total n at confidence
+    /// 1 − β (the planner's choice for a KL target: public inputs only).
+    Planned { n: f64, beta: f64 },
+}
+
+/// A noise scale given, or calibrated to a target; and the post-processing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Spec {
+    Given {
+        scale: f64,
+        cap: Option<Epsilon>,
+        smoothing: Smoothing,
+    },
+    Calibrated {
+        target: Target,
+        smoothing: Smoothing,
+    },
+}
+
+impl Spec {
+    fn smoothing(&self) -> Smoothing {
+        match self {
+            Spec::Given { smoothing, .. } | Spec::Calibrated { smoothing, .. } => *smoothing,
+        }
+    }
+}
+
+/// The draw: integer noise of this scale in every cell, and the pseudo-count of a smoothed
+/// output.
 pub struct NoiseDraw<L> {
     pub scale: f64,
+    pub smoothing: Option<f64>,
     law: PhantomData<L>,
 }
 
 impl<L> NoiseDraw<L> {
     pub fn new(scale: f64) -> Self {
+        NoiseDraw::smoothed(scale, None)
+    }
+
+    pub fn smoothed(scale: f64, smoothing: Option<f64>) -> Self {
         NoiseDraw {
             scale,
+            smoothing,
             law: PhantomData,
         }
     }
@@ -80,21 +123,59 @@ impl<L> NoiseDraw<L> {
 
 impl<L> Clone for NoiseDraw<L> {
     fn clone(&self) -> Self {
-        NoiseDraw::new(self.scale)
+        NoiseDraw::smoothed(self.scale, self.smoothing)
     }
 }
 
 impl<L> PartialEq for NoiseDraw<L> {
     fn eq(&self, other: &Self) -> bool {
-        self.scale == other.scale
+        self.scale == other.scale && self.smoothing == other.smoothing
     }
 }
 
 impl<L: Law> std::fmt::Debug for NoiseDraw<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "{} {{ {}: {} }}", L::NAME, L::FIELD, self.scale)
+        write!(
+            f,
+            "{} {{ {}: {}, smoothing: {:?} }}",
+            L::NAME,
+            L::FIELD,
+            self.scale,
+            self.smoothing
+        )
     }
 }
+
+/// The pseudo-count of a smoothed draw of `scale` over d cells.
+fn pseudo_count<L: Law>(smoothing: Smoothing, scale: f64, d: usize) -> Option<f64> {
+    match smoothing {
+        Smoothing::Projected => None,
+        Smoothing::Given(k) => Some(k),
+        Smoothing::Planned { n, beta } => Some(L::noise(scale).best_smoothing(d, n, beta)),
+    }
+}
+
+fn smoothing_schema() -> SchemaRef {
+    schema::described(
+        "PositiveNumber",
+        "A public pseudo-count k: the output is (max(z, 0) + k)/Σ instead of the projection, \
+         every cell positive (post-processing, free). Makes the KL divergence to x/n finite; \
+         the planner chooses it for a `kl` target.",
+    )
+}
+
+/// `smoothing`, a field of every additive law.
+pub const SMOOTHING: FieldSpec = FieldSpec {
+    name: "smoothing",
+    wire: crate::release::mechanism::Wire::Number,
+    required: false,
+    default: None,
+    description: "A public pseudo-count k > 0: the output is (max(z, 0) + k)/Σ, every cell \
+                  positive (post-processing, free of privacy cost), instead of the projection onto \
+                  the simplex. Makes D_KL(x/n ‖ y) finite; the planner chooses k for a `kl` \
+                  target when it is absent.",
+    schema: smoothing_schema,
+};
 
 /// The discrete samplers take noise scales up to 2⁵² (`discrete::MAX_NOISE_SCALE`); beyond
 /// that the noise is ~4.5e15, larger than any count the API admits.
@@ -125,23 +206,40 @@ impl<L: Law> Draw for NoiseDraw<L> {
     }
 
     fn sample(&self, counts: &Counts, rng: &mut CsRng) -> Result<Drawn, String> {
-        L::release(counts, self.scale, rng)
-            .map(|y| (y, None))
-            .map_err(|e| e.to_string())
+        let z = L::noisy(counts, self.scale, rng).map_err(|e| e.to_string())?;
+        let y = match self.smoothing {
+            None => baseline::project_to_simplex(&z),
+            Some(k) => baseline::smooth(&z, k),
+        };
+        Ok((y, None))
     }
 
     fn forecast(&self, _counts: &Counts) -> Option<VectorForecast> {
         None
     }
 
+    /// The projected release's ℓ2 and cell bounds (its zeros leave KL unbounded); a smoothed
+    /// release's KL bound (`Noise::smoothed_kl`), and no ℓ2 or cell claim for it.
     fn bounds(&self, n: f64, d: usize, beta: f64, need: Need) -> Bounds {
         let noise = L::noise(self.scale);
-        Bounds {
-            l2: if need.l2 { noise.l2(d, n, beta) } else { 0.0 },
-            cell_sd: if need.cell_sd {
-                noise.cell_sd(d, n)
-            } else {
-                0.0
+        match self.smoothing {
+            None => Bounds {
+                l2: if need.l2 { noise.l2(d, n, beta) } else { 0.0 },
+                cell_sd: if need.cell_sd {
+                    noise.cell_sd(d, n)
+                } else {
+                    0.0
+                },
+                kl: f64::INFINITY,
+            },
+            Some(k) => Bounds {
+                l2: MAX_L2,
+                cell_sd: MAX_CELL_SD,
+                kl: if need.kl {
+                    noise.smoothed_kl(d, n, beta, k)
+                } else {
+                    0.0
+                },
             },
         }
     }
@@ -153,6 +251,9 @@ impl<L: Law> Draw for NoiseDraw<L> {
     fn parameters(&self) -> Parameters {
         let mut p = Parameters::new();
         p.insert(L::FIELD.into(), Value::from(self.scale));
+        if let Some(k) = self.smoothing {
+            p.insert("smoothing".into(), Value::from(k));
+        }
         p
     }
 }
@@ -165,50 +266,62 @@ impl<L: Law> Mechanism for Additive<L> {
     const EPSILON: EpsilonUse = EpsilonUse::TargetUnless(L::FIELD);
     const SUPPORTS: Supports = Supports {
         tables: true,
-        targets: &[TargetKind::L2, TargetKind::CellSd],
+        targets: &[TargetKind::L2, TargetKind::CellSd, TargetKind::Kl],
         auto: true,
         forecast: None,
     };
 
-    /// The scale, when given.
-    type Settings = Option<f64>;
+    type Settings = Settings;
     type Spec = Spec;
     type Draw = NoiseDraw<L>;
 
-    fn settings(params: &Params, _ctx: &Context) -> Result<Option<f64>, RequestError> {
-        params
-            .number(L::FIELD)
-            .map(|v| crate::release::mechanism::positive(L::FIELD, v))
-            .transpose()
+    fn settings(params: &Params, _ctx: &Context) -> Result<Settings, RequestError> {
+        let positive = |name: &'static str| {
+            params
+                .number(name)
+                .map(|v| crate::release::mechanism::positive(name, v))
+                .transpose()
+        };
+        Ok(Settings {
+            scale: positive(L::FIELD)?,
+            smoothing: positive("smoothing")?,
+        })
     }
 
     fn request(
-        settings: Option<f64>,
+        settings: Settings,
         targeting: &Targeting,
         _input: &Input,
         _ctx: &Context,
     ) -> Result<Spec, RequestError> {
-        Ok(match settings {
+        let smoothing = settings
+            .smoothing
+            .map_or(Smoothing::Projected, Smoothing::Given);
+        Ok(match settings.scale {
             Some(scale) => Spec::Given {
                 scale,
                 cap: targeting.cap(&format!(
                     "with {} given, the mechanism is priced at the ledger order; order does not apply",
                     L::FIELD
                 ))?,
+                smoothing,
             },
-            None => Spec::Calibrated(targeting.target(L::NAME).map_err(|_| {
-                RequestError::new(
-                    "epsilon",
-                    format!("the {} mechanism needs {} or epsilon", L::NAME, L::FIELD),
-                )
-            })?),
+            None => Spec::Calibrated {
+                target: targeting.target(L::NAME).map_err(|_| {
+                    RequestError::new(
+                        "epsilon",
+                        format!("the {} mechanism needs {} or epsilon", L::NAME, L::FIELD),
+                    )
+                })?,
+                smoothing,
+            },
         })
     }
 
     fn aim(spec: &Spec) -> Aim {
         match spec {
             Spec::Given { cap, .. } => Aim::Priced { cap: *cap },
-            Spec::Calibrated(t) => Aim::Calibrated(*t),
+            Spec::Calibrated { target, .. } => Aim::Calibrated(*target),
         }
     }
 
@@ -221,18 +334,22 @@ impl<L: Law> Mechanism for Additive<L> {
         integer_sensitivity(sens).map_err(PlanError::Parameter)?;
         let scale = match spec {
             Spec::Given { scale, .. } => *scale,
-            Spec::Calibrated(t) => {
-                let t = grid.unwrap_or(*t);
+            Spec::Calibrated { target, .. } => {
+                let t = grid.unwrap_or(*target);
                 L::calibrate(t.order, t.epsilon, sens, d)?
             }
         };
         check_scale(L::FIELD, scale)?;
-        Ok(NoiseDraw::new(scale))
+        Ok(NoiseDraw::smoothed(
+            scale,
+            pseudo_count::<L>(spec.smoothing(), scale, d),
+        ))
     }
 
     fn record(spec: &Spec, draw: &NoiseDraw<L>) -> Record {
         Record::new(L::NAME)
             .with(L::FIELD, draw.scale)
+            .with_some("smoothing", draw.smoothing)
             .calibrated(&Self::aim(spec))
     }
 
@@ -263,68 +380,97 @@ impl<L: Law> Mechanism for Additive<L> {
     fn record_schema(record: ObjectBuilder) -> ObjectBuilder {
         record
             .property(L::FIELD, schema::component("PositiveNumber"))
+            .property(
+                "smoothing",
+                schema::described("PositiveNumber", "The pseudo-count of a smoothed output."),
+            )
             .property("calibration", schema::component("Calibration"))
             .property("pricing", schema::described("Pricing", L::PRICING))
             .required(L::FIELD)
     }
 
-    fn plannable(_: &Option<f64>, _: &Shape, ctx: &Context) -> Result<(), (&'static str, String)> {
+    fn plannable(_: &Settings, _: &Shape, ctx: &Context) -> Result<(), (&'static str, String)> {
         integer_sensitivity(&ctx.sensitivity)
             .map(|_| ())
             .map_err(|reason| ("mechanism", reason))
     }
 
+    /// A KL target with no `smoothing` given: the output smoothed with the pseudo-count the
+    /// KL bound prefers at this total and confidence.
     fn at_epsilon(
-        settings: &Option<f64>,
-        _: &Shape,
+        settings: &Settings,
+        s: &Setup,
         epsilon: Epsilon,
-        ledger: Order,
         _: &Cache,
     ) -> Result<Spec, String> {
-        Ok(match settings {
+        let smoothing = planned_smoothing(settings, s);
+        Ok(match settings.scale {
             Some(scale) => Spec::Given {
-                scale: *scale,
+                scale,
                 cap: None,
+                smoothing,
             },
-            None => Spec::Calibrated(Target {
-                epsilon,
-                order: ledger,
-            }),
+            None => Spec::Calibrated {
+                target: Target {
+                    epsilon,
+                    order: s.order,
+                },
+                smoothing,
+            },
         })
     }
 
-    fn units_within(_: &Option<f64>, _: &Setup, spend: u64, _: &Cache) -> Option<u64> {
+    fn units_within(_: &Settings, _: &Setup, spend: u64, _: &Cache) -> Option<u64> {
         Some(spend)
     }
 
     fn strength(
-        settings: &Option<f64>,
+        settings: &Settings,
         s: &Setup,
         _cache: &Cache,
     ) -> Result<Option<Box<dyn Strength<NoiseDraw<L>>>>, String> {
-        Ok(match settings {
+        Ok(match settings.scale {
             Some(_) => None,
             None => Some(Box::new(Scale::<L> {
                 s: *s,
+                smoothing: planned_smoothing(settings, s),
                 law: PhantomData,
             })),
         })
     }
 
-    fn optimistic(_: &Option<f64>, _: &Setup) -> Option<Box<dyn Optimistic>> {
+    fn optimistic(_: &Settings, _: &Setup) -> Option<Box<dyn Optimistic>> {
         None
     }
 }
 
-/// The noise scale e^{−t}.
+/// The post-processing a plan runs: the `smoothing` given, or for a KL target one chosen for
+/// the item's total and confidence, else the projection.
+fn planned_smoothing(settings: &Settings, s: &Setup) -> Smoothing {
+    match settings.smoothing {
+        Some(k) => Smoothing::Given(k),
+        None if s.kl_target => Smoothing::Planned {
+            n: s.shape.n,
+            beta: s.beta,
+        },
+        None => Smoothing::Projected,
+    }
+}
+
+/// The noise scale e^{−t} (with the pseudo-count it plans for that scale).
 struct Scale<L> {
     s: Setup,
+    smoothing: Smoothing,
     law: PhantomData<L>,
 }
 
 impl<L: Law> Strength<NoiseDraw<L>> for Scale<L> {
     fn params_at(&self, t: f64) -> NoiseDraw<L> {
-        NoiseDraw::new((-t).exp())
+        let scale = (-t).exp();
+        NoiseDraw::smoothed(
+            scale,
+            pseudo_count::<L>(self.smoothing, scale, self.s.shape.d),
+        )
     }
 
     fn strength(&self, params: &NoiseDraw<L>) -> f64 {

@@ -117,7 +117,7 @@ impl Mechanism for Posterior {
     const EPSILON: EpsilonUse = EpsilonUse::Target;
     const SUPPORTS: Supports = Supports {
         tables: true,
-        targets: &[TargetKind::L2, TargetKind::CellSd],
+        targets: &[TargetKind::L2, TargetKind::CellSd, TargetKind::Kl],
         auto: true,
         forecast: Some(ForecastKind::Dirichlet),
     };
@@ -250,16 +250,15 @@ impl Mechanism for Posterior {
 
     fn at_epsilon(
         settings: &Settings,
-        _shape: &Shape,
+        s: &Setup,
         epsilon: Epsilon,
-        ledger: Order,
         _cache: &Cache,
     ) -> Result<Spec, String> {
         Ok(Spec {
             settings: settings.clone(),
             target: Target {
                 epsilon,
-                order: ledger,
+                order: s.order,
             },
         })
     }

@@ -6,7 +6,7 @@ use crate::privacy::bounded::CellValues;
 use crate::privacy::exponential::BetaCandidates;
 use crate::privacy::Prior;
 use crate::release::mechanism::Target;
-use crate::release::mechanisms::noise::Spec as Noise;
+use crate::release::mechanisms::noise::{Smoothing, Spec as Noise};
 use crate::release::mechanisms::{diffuse, dirichlet, explicit, exponential, posterior};
 
 fn ctx(relation: Sensitivity) -> Context {
@@ -91,11 +91,22 @@ fn each_mechanism_parses_into_its_own_spec() {
             Spec::Gaussian(Noise::Given {
                 scale: 3.0,
                 cap: None,
+                smoothing: Smoothing::Projected,
             }),
         ),
         (
             r#"{"counts": [1, 2], "mechanism": "laplace", "epsilon": 1}"#,
-            Spec::Laplace(Noise::Calibrated(target(1.0, 2.0))),
+            Spec::Laplace(Noise::Calibrated {
+                target: target(1.0, 2.0),
+                smoothing: Smoothing::Projected,
+            }),
+        ),
+        (
+            r#"{"counts": [1, 2], "mechanism": "laplace", "epsilon": 1, "smoothing": 0.5}"#,
+            Spec::Laplace(Noise::Calibrated {
+                target: target(1.0, 2.0),
+                smoothing: Smoothing::Given(0.5),
+            }),
         ),
         (
             r#"{"counts": [7, 3], "mechanism": "exponential", "epsilon": 2, "prior": [2, 3]}"#,

@@ -201,13 +201,17 @@ pub fn plan_item(
             order: ctx.ledger_order,
             sens,
             beta: item.beta,
+            need: item.goal.need(),
+            kl_target: matches!(item.goal, Goal::Target { kl: Some(_), .. }),
         },
         goal: item.goal,
         cancel,
     };
     let cands = candidates(item, &frame, ctx, cache);
     let answer = match item.goal {
-        Goal::Target { l2, cell_sd } => plan_target(cands, &frame, item, ctx, cache, (l2, cell_sd)),
+        Goal::Target { l2, cell_sd, kl } => {
+            plan_target(cands, &frame, item, ctx, cache, (l2, cell_sd, kl))
+        }
         Goal::Epsilon(e) => plan_epsilon(cands, e, &frame, item, ctx, cache),
         Goal::Given => plan_epsilon(
             cands,
@@ -341,7 +345,7 @@ fn plan_target<'a>(
     item: &Item,
     ctx: &Context,
     cache: &'a Cache,
-    (l2, cell_sd): (Option<f64>, Option<f64>),
+    (l2, cell_sd, kl): (Option<f64>, Option<f64>, Option<f64>),
 ) -> ItemAnswer {
     let mut answers = Vec::new();
     let mut found: Vec<(usize, Box<dyn Candidate + 'a>, Found)> = Vec::new();
@@ -364,7 +368,12 @@ fn plan_target<'a>(
     let mut best: Option<(usize, Kind, Exact)> = None;
     refine_cheapest(&found, frame, &mut answers, &mut best);
     for (slot, k, o) in deferred {
-        let floor = o.cost_floor(l2, cell_sd);
+        // (A KL target: no cheap bound, and no KL bound at all for the mechanisms deferred.)
+        let floor = if kl.is_some() {
+            None
+        } else {
+            o.cost_floor(l2, cell_sd)
+        };
         let beaten = match (&best, floor) {
             (Some((_, _, b)), Some(floor)) => floor >= b.cost.to_f64(),
             (Some(_), None) => true,

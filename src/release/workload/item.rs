@@ -6,7 +6,7 @@ use super::{MechanismChoice, PlanItem, WorkloadError, DEFAULT_CONFIDENCE, MAX_TO
 use crate::ledger::charge::MAX_EPSILON;
 use crate::privacy::Epsilon;
 use crate::release::input::check_relation;
-use crate::release::mechanism::{Context, EpsilonUse, Params, Shape};
+use crate::release::mechanism::{Context, EpsilonUse, Need, Params, Shape};
 use crate::release::mechanisms::{self, Kind, KindVisitor, Registered};
 
 /// What an item asks for.
@@ -16,10 +16,25 @@ pub enum Goal {
     Target {
         l2: Option<f64>,
         cell_sd: Option<f64>,
+        kl: Option<f64>,
     },
     /// Given parameters (`explicit`, `gaussian` with `sigma`...) without a target: their
     /// forecast and cost only.
     Given,
+}
+
+impl Goal {
+    /// Which bounds the item asks about: a target's, or every one for a forecast at ε.
+    pub fn need(&self) -> Need {
+        match *self {
+            Goal::Target { l2, cell_sd, kl } => Need {
+                l2: l2.is_some(),
+                cell_sd: cell_sd.is_some(),
+                kl: kl.is_some(),
+            },
+            Goal::Epsilon(_) | Goal::Given => Need::ALL,
+        }
+    }
 }
 
 /// A parsed item: every common value valid, every mechanism field taken by the mechanism(s) it
@@ -169,13 +184,13 @@ pub fn parse(i: usize, it: &PlanItem, ctx: &Context) -> Result<Item, WorkloadErr
             Goal::Epsilon(e)
         }
         (None, Some(t), _) => {
-            if t.l2.is_none() && t.cell_sd.is_none() {
-                return Err(err("target", "give l2, cell_sd or both"));
+            if t.l2.is_none() && t.cell_sd.is_none() && t.kl.is_none() {
+                return Err(err("target", "give l2, cell_sd, kl or several"));
             }
-            if t.l2.is_none() && t.confidence.is_some() {
+            if t.l2.is_none() && t.kl.is_none() && t.confidence.is_some() {
                 return Err(err(
                     "target.confidence",
-                    "confidence applies to l2 (cell_sd bounds a standard deviation)",
+                    "confidence applies to l2 and kl (cell_sd bounds a standard deviation)",
                 ));
             }
             Goal::Target {
@@ -186,6 +201,10 @@ pub fn parse(i: usize, it: &PlanItem, ctx: &Context) -> Result<Item, WorkloadErr
                 cell_sd: t
                     .cell_sd
                     .map(|v| finite_positive(i, "target.cell_sd", v))
+                    .transpose()?,
+                kl: t
+                    .kl
+                    .map(|v| finite_positive(i, "target.kl", v))
                     .transpose()?,
             }
         }

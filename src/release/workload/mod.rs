@@ -147,7 +147,8 @@ impl<'de> Deserialize<'de> for PlanItem {
     }
 }
 
-/// The accuracy to reach: at least one of `l2` (at `confidence`, default 0.95) and `cell_sd`.
+/// The accuracy to reach: at least one of `l2` and `kl` (each at `confidence`, default 0.95)
+/// and `cell_sd`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AccuracyTarget {
@@ -172,6 +173,13 @@ pub struct AccuracyTarget {
         skip_serializing_if = "Option::is_none"
     )]
     pub cell_sd: Option<f64>,
+    /// D_KL(x/n ‖ y) ≤ kl with probability ≥ confidence, for every count vector of the total.
+    #[serde(
+        default,
+        deserialize_with = "non_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub kl: Option<f64>,
 }
 
 /// `"auto"` or a mechanism's name.
@@ -266,6 +274,11 @@ pub struct Forecast {
     /// Every output cell's root-mean-square deviation from the truth, √E[(yᵢ − xᵢ/n)²], is at
     /// most this (so is its standard deviation).
     pub cell_sd: f64,
+    /// D_KL(x/n ‖ y) ≤ kl with probability ≥ confidence, where a bound is proven (absent
+    /// otherwise: the projected baselines, whose zeros leave it unbounded; the exponential
+    /// mechanism).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kl: Option<f64>,
 }
 
 /// Why a target is out of reach, and what would reach it.

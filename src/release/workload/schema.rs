@@ -43,6 +43,14 @@ fn forecast() -> SchemaRef {
                  √E[(yᵢ − xᵢ/n)²], is at most this (so is its standard deviation).",
             )),
         )
+        .property(
+            "kl",
+            schema::number().minimum(Some(0.0)).description(Some(
+                "D_KL(x/n ‖ y) ≤ kl with probability ≥ `confidence`; absent where no bound is \
+                 proven (the projected `gaussian` and `laplace`, whose zero cells leave it \
+                 unbounded, and `exponential`).",
+            )),
+        )
         .required("l2")
         .required("confidence")
         .required("cell_sd")
@@ -190,7 +198,9 @@ fn target() -> SchemaRef {
                     .minimum(Some(0.5))
                     .exclusive_maximum(Some(1.0))
                     .default(Some(json!(0.95)))
-                    .description(Some("The probability of the `l2` bound (only with `l2`).")),
+                    .description(Some(
+                        "The probability of the `l2` and `kl` bounds (only with one of them).",
+                    )),
             )
             .property(
                 "cell_sd",
@@ -198,11 +208,21 @@ fn target() -> SchemaRef {
                     "Every output cell's root-mean-square deviation from the truth, \
                      √E[(yᵢ − xᵢ/n)²], at most this.",
                 )),
+            )
+            .property(
+                "kl",
+                schema::above(0.0).description(Some(
+                    "D_KL(x/n ‖ y) ≤ kl with probability ≥ `confidence`, for every count vector \
+                     of the total: the divergence the Dirichlet mechanism minimises (a \
+                     likelihood's, a classifier's cross-entropy). The `gaussian` and `laplace` \
+                     baselines meet it only smoothed (their `smoothing`, chosen by the planner \
+                     when absent).",
+                )),
             ),
         [json!({
-            "anyOf": [{"required": ["l2"]}, {"required": ["cell_sd"]}],
+            "anyOf": [{"required": ["l2"]}, {"required": ["cell_sd"]}, {"required": ["kl"]}],
             "if": {"required": ["confidence"]},
-            "then": {"required": ["l2"]}
+            "then": {"anyOf": [{"required": ["l2"]}, {"required": ["kl"]}]}
         })],
     )
     .into()
@@ -211,73 +231,54 @@ fn target() -> SchemaRef {
 fn item() -> SchemaRef {
     let mut names = vec!["auto"];
     names.extend(mechanism_names());
-    schema::asserting(
-        schema::closed()
-            .description(Some(
-                "One planned release: `d` cells (per row, with `rows` for a table of disjoint \
+    let item = schema::closed()
+        .description(Some(
+            "One planned release: `d` cells (per row, with `rows` for a table of disjoint \
                  groups); the public total `n` or a public `n_lower_bound` of it (per row for a \
                  table) — public because choosing ε from the private counts would itself leak; \
                  a mechanism (default `auto`: every one that applies, the cheapest meeting the \
-                 target); and either `epsilon` or a `target`. `prior`, `r` and `alpha` are the \
-                 mechanisms' own, as in a release request.",
-            ))
-            .property("d", schema::integer().minimum(Some(2.0)))
-            .property("rows", schema::integer().minimum(Some(1.0)))
-            .property(
-                "n",
-                schema::number()
-                    .minimum(Some(0.0))
-                    .exclusive_maximum(Some(MAX_TOTAL))
-                    .description(Some("The public total (per row for a table).")),
-            )
-            .property(
-                "n_lower_bound",
-                schema::number()
-                    .minimum(Some(0.0))
-                    .exclusive_maximum(Some(MAX_TOTAL))
-                    .description(Some(
-                        "A public lower bound of the total (per row for a table).",
-                    )),
-            )
-            .property(
-                "mechanism",
-                schema::string()
-                    .enum_values(Some(names))
-                    .default(Some(json!("auto"))),
-            )
-            .property(
-                "epsilon",
-                schema::described(
-                    "PositiveNumber",
-                    "Plan at this ε (RDP at the ledger order) instead of a target.",
-                ),
-            )
-            .property("target", schema::component("AccuracyTarget"))
-            .property(
-                "prior",
-                schema::one_of([
-                    schema::component("PositiveNumber"),
-                    schema::component("BetaPrior"),
-                ])
+                 target); and either `epsilon` or a `target`. The mechanisms' own fields \
+                 (`prior`, `r`, `alpha`, `smoothing`…: `GET /v1/mechanisms`) are as in a release \
+                 request; each mechanism reads those it takes.",
+        ))
+        .property("d", schema::integer().minimum(Some(2.0)))
+        .property("rows", schema::integer().minimum(Some(1.0)))
+        .property(
+            "n",
+            schema::number()
+                .minimum(Some(0.0))
+                .exclusive_maximum(Some(MAX_TOTAL))
+                .description(Some("The public total (per row for a table).")),
+        )
+        .property(
+            "n_lower_bound",
+            schema::number()
+                .minimum(Some(0.0))
+                .exclusive_maximum(Some(MAX_TOTAL))
                 .description(Some(
-                    "`dirichlet`'s base prior a₀, or `exponential`'s Beta prior [α, β].",
+                    "A public lower bound of the total (per row for a table).",
                 )),
-            )
-            .property(
-                "r",
-                schema::described(
-                    "PositiveNumber",
-                    "`posterior`'s (default 1) or `explicit`'s r.",
-                ),
-            )
-            .property(
-                "alpha",
-                schema::described(
-                    "NonNegativeCells",
-                    "`diffuse`'s or `explicit`'s prior α (a number, or one per cell).",
-                ),
-            )
-            .required("d"),
+        )
+        .property(
+            "mechanism",
+            schema::string()
+                .enum_values(Some(names))
+                .default(Some(json!("auto"))),
+        )
+        .property(
+            "epsilon",
+            schema::described(
+                "PositiveNumber",
+                "Plan at this ε (RDP at the ledger order) instead of a target.",
+            ),
+        )
+        .property("target", schema::component("AccuracyTarget"))
+        .required("d");
+    let item = crate::release::mechanisms::field_schemas()
+        .into_iter()
+        .fold(item, |item, (name, schema)| item.property(name, schema));
+    schema::asserting(
+        item,
         [
             schema::exactly_one_of("n", "n_lower_bound"),
             schema::exactly_one_of("epsilon", "target"),

@@ -27,12 +27,13 @@ impl Frame<'_> {
             l2: b.l2,
             confidence: 1.0 - self.setup.beta,
             cell_sd: b.cell_sd,
+            kl: b.kl.is_finite().then_some(b.kl),
         }
     }
 
     /// Whether bounds meet the item's target, and by how much in log terms (≤ 0: met).
     pub fn gap(&self, b: Bounds) -> f64 {
-        let Goal::Target { l2, cell_sd } = self.goal else {
+        let Goal::Target { l2, cell_sd, kl } = self.goal else {
             return 0.0;
         };
         let mut g = f64::NEG_INFINITY;
@@ -41,6 +42,9 @@ impl Frame<'_> {
         }
         if let Some(t) = cell_sd {
             g = g.max((b.cell_sd / t).ln());
+        }
+        if let Some(t) = kl {
+            g = g.max((b.kl / t).ln());
         }
         if g.is_nan() {
             f64::INFINITY
@@ -55,13 +59,7 @@ impl Frame<'_> {
 
     /// The bounds the target asks about (the others are 0 and must not be read).
     fn need(&self) -> Need {
-        match self.goal {
-            Goal::Target { l2, cell_sd } => Need {
-                l2: l2.is_some(),
-                cell_sd: cell_sd.is_some(),
-            },
-            Goal::Epsilon(_) | Goal::Given => Need::ALL,
-        }
+        self.setup.need
     }
 
     fn cancelled(&self) -> bool {
@@ -200,7 +198,7 @@ impl<M: Registered> Typed<'_, M> {
     fn calibrated(&self, units: u64) -> Option<M::Draw> {
         let s = self.s();
         let epsilon = Epsilon::new(units as f64 * GRID).ok()?;
-        let spec = M::at_epsilon(&self.settings, &s.shape, epsilon, s.order, self.cache).ok()?;
+        let spec = M::at_epsilon(&self.settings, s, epsilon, self.cache).ok()?;
         crate::release::calibrate::<M>(&spec, s.shape.d, &s.sens)
             .ok()
             .map(|(draw, _)| draw)
@@ -287,7 +285,11 @@ impl<M: Registered> Typed<'_, M> {
     /// applicable rather than short of a non-number.
     fn shortfall(&self, best: &M::Draw, max_epsilon: f64) -> Found {
         let forecast = self.frame.forecast(self.bounds(best, self.s().shape.n));
-        if !(forecast.l2.is_finite() && forecast.cell_sd.is_finite()) {
+        let kl_asked = matches!(self.frame.goal, Goal::Target { kl: Some(_), .. });
+        if !(forecast.l2.is_finite()
+            && forecast.cell_sd.is_finite()
+            && (forecast.kl.is_some() || !kl_asked))
+        {
             return Found::Fails(
                 "its forecast at the largest ε is not finite in f64 for this total and prior"
                     .into(),
@@ -532,7 +534,7 @@ impl<M: Registered> Candidate for Typed<'_, M> {
     fn exact(&self, units: u64) -> Result<Exact, String> {
         let s = self.s();
         let epsilon = Epsilon::new(units as f64 * GRID).map_err(|e| e.to_string())?;
-        let spec = M::at_epsilon(&self.settings, &s.shape, epsilon, s.order, self.cache)?;
+        let spec = M::at_epsilon(&self.settings, s, epsilon, self.cache)?;
         let plan = crate::release::plan(&M::wrap_spec(spec), s.shape.d, s.order, &s.sens)
             .map_err(|e| e.to_string())?;
         let draw = plan.draw();

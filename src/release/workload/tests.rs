@@ -49,6 +49,9 @@ pub(super) fn reachable(
         if target.get("cell_sd").is_some() {
             target["cell_sd"] = json!(1.25 * short.best.cell_sd);
         }
+        if let (Some(_), Some(kl)) = (target.get("kl"), short.best.kl) {
+            target["kl"] = json!(1.25 * kl);
+        }
         answer = one(item.clone(), c);
     }
     (item, answer)
@@ -71,6 +74,8 @@ fn frame<'a>(parsed: &Item, c: &Context, cancel: &'a Cancel) -> Frame<'a> {
             order: c.ledger_order,
             sens,
             beta: parsed.beta,
+            need: parsed.goal.need(),
+            kl_target: matches!(parsed.goal, super::item::Goal::Target { kl: Some(_), .. }),
         },
         goal: parsed.goal,
         cancel,
@@ -142,16 +147,7 @@ pub(super) fn release_plan(
             );
             let settings = M::settings(&own, self.c).unwrap();
             let cache = crate::release::mechanism::Cache::default();
-            M::wrap_spec(
-                M::at_epsilon(
-                    &settings,
-                    &self.item.shape,
-                    self.epsilon,
-                    self.setup.order,
-                    &cache,
-                )
-                .unwrap(),
-            )
+            M::wrap_spec(M::at_epsilon(&settings, &self.setup, self.epsilon, &cache).unwrap())
         }
     }
     let spec = kind.visit(Spec {
@@ -363,7 +359,7 @@ fn wire_types_parse_strictly_and_round_trip() {
         json!({"items": [{"d": 3, "n": 10, "epsilon": 1, "counts": [1, 2, 3]}]}),
         json!({"items": [{"d": 3, "n": 10, "epsilon": 1, "mechanism": "magic"}]}),
         json!({"items": [{"d": 3, "n": null, "epsilon": 1}]}),
-        json!({"items": [{"d": 3, "n": 10, "target": {"l2": 0.1, "kl": 1}}]}),
+        json!({"items": [{"d": 3, "n": 10, "target": {"l2": 0.1, "chi2": 1}}]}),
         json!({"items": [{"d": -3, "n": 10, "epsilon": 1}]}),
         json!({"items": [], "extra": 1}),
     ] {
@@ -793,7 +789,7 @@ proptest! {
                 }
                 ItemStatus::Unreachable => {
                     if let Some(short) = a.shortfall {
-                        let best = Bounds { l2: short.best.l2, cell_sd: short.best.cell_sd };
+                        let best = Bounds { l2: short.best.l2, cell_sd: short.best.cell_sd, kl: short.best.kl.unwrap_or(f64::INFINITY) };
                         prop_assert!(!s.meets(best));
                     }
                 }
@@ -868,4 +864,32 @@ fn a_cancelled_plan_stops() {
     let planned = plan_workload_until(&r, &c, None, &cancel).unwrap();
     canceller.join().unwrap();
     assert_eq!(planned, Err(Cancelled));
+}
+
+/// Smoothing is for a KL target: at a given ε (and for an ℓ2 target) the baselines keep their
+/// projection, with its ℓ2 and cell bounds and no pseudo-count; a KL target smooths them.
+#[test]
+fn only_a_kl_target_smooths_the_baselines() {
+    let c = ctx(2.0, Sensitivity::REPLACE_ONE);
+    for mech in ["gaussian", "laplace"] {
+        for item in [
+            json!({"d": 6, "n": 500, "mechanism": mech, "epsilon": 0.5}),
+            json!({"d": 6, "n": 500, "mechanism": mech, "target": {"l2": 0.1}}),
+        ] {
+            let a = one(item.clone(), &c);
+            let p = a.parameters.as_ref().unwrap();
+            assert!(!p.contains_key("smoothing"), "{item}: {a:?}");
+            assert!(
+                a.forecast.unwrap().l2 < crate::privacy::accuracy::MAX_L2,
+                "{item}"
+            );
+            assert_eq!(a.forecast.unwrap().kl, None, "{item}");
+        }
+        let a = one(
+            json!({"d": 6, "n": 500, "mechanism": mech, "target": {"kl": 0.1}}),
+            &c,
+        );
+        assert!(a.parameters.unwrap().contains_key("smoothing"), "{mech}");
+        assert!(a.forecast.unwrap().kl.unwrap() <= 0.1);
+    }
 }

@@ -201,17 +201,20 @@ impl Draw for DirichletDraw {
         let none = Bounds {
             l2: f64::INFINITY,
             cell_sd: f64::INFINITY,
+            kl: f64::INFINITY,
         };
         if self.lower.is_some() {
             return Bounds {
                 l2: MAX_L2,
                 cell_sd: MAX_CELL_SD,
+                kl: f64::INFINITY,
             };
         }
         match Accuracy::new(self.r, &self.alpha, d) {
             Some(draw) => Bounds {
                 l2: if need.l2 { draw.l2(n, beta) } else { 0.0 },
                 cell_sd: if need.cell_sd { draw.cell_sd(n) } else { 0.0 },
+                kl: if need.kl { draw.kl(n, beta) } else { 0.0 },
             },
             None => none,
         }
