@@ -150,13 +150,22 @@ def test_a_kl_target_is_planned_and_released_as_planned(client: Client, server: 
     smoothing pseudo-count) is charged the planned cost and runs with the planned parameters.
     """
     listing = client.mechanisms()
-    answering = [m.name for m in listing if "kl" in m.targets]
+    answering = [m for m in listing if "kl" in m.targets]
     if not answering:
         pytest.skip("no mechanism the service lists answers a kl target")
     dataset = client.create_dataset("planned by KL", epsilon=64.0, order=2).id
     target = Target(kl=0.05, confidence=0.9)
-    names = [*answering, "auto"]
-    items = [PlanItem(d=6, n=5000, mechanism=name, target=target) for name in names]
+    names = [*(m.name for m in answering), "auto"]
+    items = [
+        PlanItem(
+            d=6,
+            n=5000,
+            mechanism=m.name,
+            target=target,
+            params={f.name: _value(f) for f in m.fields if f.required},
+        )
+        for m in answering
+    ] + [PlanItem(d=6, n=5000, target=target)]
     plan = client.plan(dataset, items)
     counts = [2000, 1500, 800, 400, 200, 100]
     assert plan.items[-1].planned, "auto reaches the KL target"
@@ -166,10 +175,17 @@ def test_a_kl_target_is_planned_and_released_as_planned(client: Client, server: 
             continue
         assert planned.forecast is not None and planned.forecast.kl is not None, name
         assert planned.forecast.kl <= 0.05 and planned.forecast.confidence == 0.9, name
-        release = client.release(dataset, counts, **planned.release_kwargs())
+        kwargs = planned.release_kwargs()
+        # What the planner settled on of the mechanism's own fields (a smoothing pseudo-count)
+        # is sent; the noise a calibrated release draws from ε is not.
+        info, parameters = planned.mechanism_info, planned.parameters
+        assert info is not None and parameters is not None
+        for key, value in parameters.items():
+            if info.takes(key) and key != info.noise_field:
+                assert kwargs[key] == value, (name, key)
+        release = client.release(dataset, counts, **kwargs)
         assert (release.mechanism.kind, release.cost.epsilon) == (planned.mechanism, planned.cost)
-        assert planned.parameters is not None
-        assert all(release.mechanism[k] == v for k, v in planned.parameters.items()), name
+        assert all(release.mechanism[k] == v for k, v in parameters.items()), name
         released.append(
             f"{name}→{planned.mechanism} ε {planned.epsilon} KL ≤ {planned.forecast.kl:.4f}"
         )
