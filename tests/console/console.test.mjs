@@ -14,8 +14,8 @@
 // the budget between preview and release, and a distinct 409 when the admin lowers the analyst's
 // allocation between preview and release. Then, against the service's own listing of mechanisms
 // (GET /v1/mechanisms), every listed mechanism in the release form and the planner with its own
-// fields, an exponential and an explicit release through the form, and a plan of explicit by its
-// fields (and by a KL target, where a mechanism lists one).
+// fields, an exponential, an explicit and a smoothed gaussian release through the form, and a
+// plan of explicit by its fields and of auto and gaussian by a KL target.
 // Throughout: no request URL carries a token, nothing is written to localStorage or cookies,
 // every /console response carries the security headers, no CSP violation or script error occurs,
 // and every form control has a label. Screenshots go to $OUT.
@@ -798,7 +798,7 @@ try {
   assert.equal(await page.locator('table.allocation-changes tbody tr').count(), 8);
   await page.locator('section.allocations-section').screenshot({ path: `${OUT}/allocations.png` });
 
-  step('every listed mechanism in both forms, each with its own fields; exponential and explicit released through the form');
+  step('every listed mechanism in both forms, each with its own fields; exponential, explicit and a smoothed gaussian released through the form; plans by fields and by KL');
   const everyId = (await api('POST', '/v1/datasets', ADMIN, { name: 'every mechanism', budget: { epsilon: 64, order: 2 } })).body.id;
   await page.goto(`${BASE}/console#/datasets/${everyId}`);
   await page.getByRole('heading', { name: 'every mechanism' }).waitFor();
@@ -914,25 +914,44 @@ try {
   await releaseMechanism.selectOption('dirichlet');
   await releaseMechanism.selectOption('explicit');
   assert.equal(await releaseFormEl.getByLabel('r (required)', { exact: true }).inputValue(), '0.5');
+  // gaussian with a smoothing pseudo-count, a field the form knows only from the listing.
+  assert.ok(listed('gaussian')?.fields.some((f) => f.name === 'smoothing'), 'gaussian lists smoothing');
+  await releaseMechanism.selectOption('gaussian');
+  await releaseFormEl.getByLabel(/^ε/).fill('0.5');
+  await releaseFormEl.getByLabel('smoothing', { exact: true }).fill('0.5');
+  await releaseFormEl.getByRole('button', { name: 'Preview' }).click();
+  await page.locator('dl.preview').waitFor();
+  await page.getByRole('button', { name: /Release \(spends/ }).click();
+  await page.getByText(/Released #3/).waitFor();
+  assert.deepEqual(releaseBodies[releaseBodies.length - 1], { counts: [60, 40, 5], mechanism: 'gaussian', epsilon: 0.5, smoothing: 0.5 });
+  storedEvery = (await api('GET', `/v1/datasets/${everyId}/releases`, ADMIN)).body.items;
+  assert.deepEqual([storedEvery[0].mechanism.kind, storedEvery[0].mechanism.smoothing], ['gaussian', 0.5]);
+  assert.ok(storedEvery[0].distribution.every((p) => p > 0), 'a smoothed release has no zero cell');
 
-  // The planner, by the listing: explicit planned by its fields alone; a KL target where listed.
+  // The planner, by the listing: explicit planned by its fields alone; auto and gaussian planned
+  // by a KL target (gaussian's smoothing pseudo-count left to the planner).
   await planItem(planFormEl, 0, { d: 3, n: 105, mechanism: 'explicit', goal: 'given' });
   await planItemEl.getByLabel('r (required)', { exact: true }).fill('0.5');
   await planItemEl.getByLabel('alpha (required)', { exact: true }).fill('1');
-  const klListed = autoTargets.includes('kl');
-  if (klListed) await planItem(planFormEl, 1, { d: 6, n: 5000, goal: 'kl', value: 0.05, confidence: 0.9 });
+  assert.ok(autoTargets.includes('kl'), 'a mechanism auto weighs answers a KL target');
+  await planItem(planFormEl, 1, { d: 6, n: 5000, goal: 'kl', value: 0.05, confidence: 0.9 });
+  await planItem(planFormEl, 2, { d: 6, n: 5000, mechanism: 'gaussian', goal: 'kl', value: 0.05 });
   const everyPlan = await planAndCompare(page, planFormEl, ADMIN);
   assert.deepEqual(everyPlan.request.items[0], { d: 3, n: 105, mechanism: 'explicit', r: 0.5, alpha: 1 });
   assert.equal(everyPlan.answer.items[0].status, 'planned');
-  assert.equal(everyPlan.answer.items[0].cost, storedEvery[0].cost.epsilon, 'planned at what its release was charged');
-  if (klListed) {
-    assert.deepEqual(everyPlan.request.items[1], { d: 6, mechanism: 'auto', n: 5000, target: { kl: 0.05, confidence: 0.9 } });
-    assert.equal(everyPlan.answer.items[1].status, 'planned');
-    assert.ok(everyPlan.answer.items[1].forecast.kl <= 0.05, 'the KL forecast meets the target');
-    assert.match(await planFormEl.locator('table.plan-results tbody tr[data-item="1"] td.forecast').textContent(), /, KL ≤ /);
-  } else {
-    console.log('    (no mechanism lists a kl target yet: the KL plan is not exercised)');
+  assert.equal(everyPlan.answer.items[0].cost, storedEvery[1].cost.epsilon, 'planned at what its release was charged');
+  assert.deepEqual(everyPlan.request.items[1], { d: 6, mechanism: 'auto', n: 5000, target: { kl: 0.05, confidence: 0.9 } });
+  assert.deepEqual(everyPlan.request.items[2], { d: 6, mechanism: 'gaussian', n: 5000, target: { kl: 0.05, confidence: 0.95 } });
+  for (const i of [1, 2]) {
+    const planned = everyPlan.answer.items[i];
+    assert.equal(planned.status, 'planned', `item ${i} reaches its KL target`);
+    assert.ok(planned.forecast.kl <= 0.05, `item ${i}'s KL forecast meets the target`);
+    assert.match(await planFormEl.locator(`table.plan-results tbody tr[data-item="${i}"] td.forecast`).textContent(), /, KL ≤ /);
   }
+  // The pseudo-count the planner chose for gaussian is among the parameters shown.
+  const smoothing = everyPlan.answer.items[2].parameters.smoothing;
+  assert.equal(typeof smoothing, 'number', 'a KL plan of gaussian smooths its output');
+  assert.match(await planFormEl.locator('table.plan-results tbody tr[data-item="2"] td.params').textContent(), new RegExp(`smoothing = ${shown(smoothing).replace('.', '\\.')}`));
   await assertNoStrayText(page, 'the dataset page after releases and a plan by every mechanism');
   await planFormEl.screenshot({ path: `${OUT}/planner-mechanisms.png` });
 

@@ -405,7 +405,7 @@ function namesWarning(cells, parsed) {
 const TARGET_KINDS = {
   l2: { option: 'ℓ2 error', bound: 'ℓ2 error ≤', confidence: true },
   cell_sd: { option: 'per-cell sd', bound: 'Cell sd ≤', confidence: false },
-  kl: { option: 'KL divergence', bound: 'KL divergence ≤', confidence: true },
+  kl: { option: 'KL', bound: 'KL divergence ≤', confidence: true },
 };
 const targetKind = (kind) => TARGET_KINDS[kind] ?? { option: kind.replaceAll('_', ' '), bound: `${kind.replaceAll('_', ' ')} ≤`, confidence: false };
 
