@@ -4,7 +4,9 @@
 //!
 //! The console is a client of the public API and nothing more: it holds the bearer token in the
 //! tab's `sessionStorage` and sends it only in the `Authorization` header, so it can do nothing
-//! the API would refuse. Its pages carry a strict Content-Security-Policy (scripts, styles and
+//! the API would refuse. What it knows of the mechanisms (which exist, their fields, how each
+//! reads ε, tables, plan targets) it reads from `GET /v1/mechanisms`, so its release and plan
+//! forms follow the service without an edit here. Its pages carry a strict Content-Security-Policy (scripts, styles and
 //! connections from this origin only, no inline code, no framing, no form submission) so that a
 //! dataset name or a problem `detail` shown on a page cannot become script.
 

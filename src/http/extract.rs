@@ -82,7 +82,7 @@ pub fn parse_json_bounded<T: DeserializeOwned>(
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let inner = err.inner().to_string();
-        let path = render_path(err.path(), inner.starts_with("unknown field"));
+        let path = render_path(err.path(), unknown_key(&inner));
         let inner = err.into_inner();
         match inner.classify() {
             _ if is_out_of_range(&inner) => data_error(&path, "number out of range"),
@@ -96,13 +96,25 @@ pub fn parse_json_bounded<T: DeserializeOwned>(
     Ok(value)
 }
 
-/// The path as `a.b[2].c`. For an unknown field the last segment is the sent key itself, which is
-/// left out (`drop_last`): the error names the object that has it.
-fn render_path(path: &serde_path_to_error::Path, drop_last: bool) -> String {
+/// The key an "unknown field" error is about (serde words it ``unknown field `key`, …``).
+fn unknown_key(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("unknown field `")?;
+    rest.find('`').map(|end| &rest[..end])
+}
+
+/// The path as `a.b[2].c`. For an unknown field the error names the object that has it: when the
+/// path ends with the sent key itself (a derived `deny_unknown_fields` reads the key as part of the
+/// path), that segment is left out; a hand-written visitor that refuses a key it has read ends its
+/// path at the object already.
+fn render_path(path: &serde_path_to_error::Path, unknown: Option<&str>) -> String {
     use serde_path_to_error::Segment;
     let segments: Vec<&Segment> = path.iter().collect();
-    let keep = if drop_last {
-        segments.len().saturating_sub(1)
+    let ends_with_key = matches!(
+        (segments.last(), unknown),
+        (Some(Segment::Map { key }), Some(unknown)) if key == unknown
+    );
+    let keep = if ends_with_key {
+        segments.len() - 1
     } else {
         segments.len()
     };
@@ -397,6 +409,58 @@ mod tests {
             assert!(matches!(err, ApiError::Invalid { .. }), "{err:?}");
             assert!(detail(err).contains("must be a JSON object"));
         }
+    }
+
+    /// An unknown field names the object that has it, whether the object's type derives its
+    /// refusal (the key is then the path's last segment) or refuses the key in its own visitor
+    /// (as the release and plan bodies do): `items[1]`, never `items`.
+    #[test]
+    fn an_unknown_field_names_its_object() {
+        struct Strict;
+        impl<'de> serde::Deserialize<'de> for Strict {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> serde::de::Visitor<'de> for V {
+                    type Value = Strict;
+                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                        f.write_str("an object")
+                    }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(
+                        self,
+                        mut map: A,
+                    ) -> Result<Strict, A::Error> {
+                        while let Some(key) = map.next_key::<String>()? {
+                            if key != "d" {
+                                return Err(serde::de::Error::unknown_field(&key, &["d"]));
+                            }
+                            map.next_value::<u64>()?;
+                        }
+                        Ok(Strict)
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Items {
+            items: Vec<Strict>,
+            inner: Option<Body>,
+        }
+        let field = |body: &[u8]| match parse_json::<Items>(body) {
+            Err(ApiError::Invalid { field, .. }) => field,
+            other => panic!("{:?}", other.err()),
+        };
+        let hand = field(br#"{"items": [{"d": 2}, {"d": 2, "items": 1}]}"#);
+        assert_eq!(hand.as_deref(), Some("items[1]"));
+        let derived = field(br#"{"items": [], "inner": {"counts": [1], "items": 1}}"#);
+        assert_eq!(derived.as_deref(), Some("inner"));
+        assert_eq!(
+            field(br#"{"items": [], "seed": 1}"#),
+            None,
+            "the body itself"
+        );
     }
 
     #[test]

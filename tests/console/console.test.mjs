@@ -12,7 +12,10 @@
 // budget, sign in as the analyst (by keyboard) and see only their datasets and their own
 // allocation (a plan is checked against it), preview a release that does not fit, see a 409 refusal when another client spends
 // the budget between preview and release, and a distinct 409 when the admin lowers the analyst's
-// allocation between preview and release.
+// allocation between preview and release. Then, against the service's own listing of mechanisms
+// (GET /v1/mechanisms), every listed mechanism in the release form and the planner with its own
+// fields, an exponential, an explicit and a smoothed gaussian release through the form, and a
+// plan of explicit by its fields and of auto and gaussian by a KL target.
 // Throughout: no request URL carries a token, nothing is written to localStorage or cookies,
 // every /console response carries the security headers, no CSP violation or script error occurs,
 // and every form control has a label. Screenshots go to $OUT.
@@ -27,6 +30,12 @@ const OUT = process.env.OUT || 'target/console-artifacts';
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 assert.ok(BASE && ADMIN, 'set BASE and ADMIN');
 mkdirSync(OUT, { recursive: true });
+
+// The mechanisms as the service lists them (public): every expectation about the forms' mechanisms
+// and their fields comes from here, none from a copy in this test.
+const listing = (await (await fetch(`${BASE}/v1/mechanisms`)).json()).mechanisms;
+assert.ok(Array.isArray(listing) && listing.length >= 2, 'GET /v1/mechanisms lists the mechanisms');
+const listed = (name) => listing.find((m) => m.name === name);
 
 const secrets = [ADMIN];
 const problems = [];
@@ -138,6 +147,11 @@ function shown(x) {
   return Number(x.toPrecision(4)).toLocaleString('en', { maximumFractionDigits: 12 });
 }
 
+/** A plan forecast as the console shows it: ℓ2 at its confidence, cell sd, and KL when bounded. */
+function forecastShown(f) {
+  return `ℓ2 ≤ ${shown(f.l2)} (p ${shown(f.confidence)}), cell sd ≤ ${shown(f.cell_sd)}${f.kl === undefined ? '' : `, KL ≤ ${shown(f.kl)}`}`;
+}
+
 /** Fills the planner's item `i` (adding it if needed): only the fields given are touched. */
 async function planItem(section, i, { d, n, lowerBound, rows, mechanism, goal, value, confidence }) {
   const items = section.locator('fieldset.plan-item');
@@ -149,7 +163,7 @@ async function planItem(section, i, { d, n, lowerBound, rows, mechanism, goal, v
   if (rows !== undefined) await item.getByLabel('Rows (a table)').fill(String(rows));
   if (mechanism !== undefined) await item.getByLabel('Mechanism').selectOption(mechanism);
   if (goal !== undefined) await item.getByLabel('Plan by').selectOption(goal);
-  if (value !== undefined) await item.getByLabel(/^(ε \(at λ = |ℓ2 error ≤|Cell sd ≤)/).fill(String(value));
+  if (value !== undefined) await item.getByLabel(/^(ε \(at λ = |ℓ2 error ≤|Cell sd ≤|KL divergence ≤)/).fill(String(value));
   if (confidence !== undefined) await item.getByLabel('Confidence').fill(String(confidence));
   return item;
 }
@@ -173,11 +187,16 @@ async function planAndCompare(page, section, token) {
     assert.equal(await row.getAttribute('data-status'), item.status, `item ${i}'s status`);
     assert.match(await row.locator('td.mechanism').textContent(), new RegExp(`^${item.mechanism}`), `item ${i}'s mechanism`);
     if (item.status === 'planned') {
-      assert.equal(Number(await row.locator('td.epsilon').getAttribute('data-value')), item.epsilon, `item ${i}'s ε`);
-      assert.equal(await row.locator('td.epsilon').textContent(), shown(item.epsilon), `item ${i}'s ε as shown`);
+      if (item.epsilon === undefined) {
+        // Its fields fix it (explicit's r and α): no ε to ask for.
+        assert.equal(await row.locator('td.epsilon').getAttribute('data-value'), null, `item ${i} has no ε`);
+        assert.equal(await row.locator('td.epsilon').textContent(), 'none', `item ${i}'s ε as shown`);
+      } else {
+        assert.equal(Number(await row.locator('td.epsilon').getAttribute('data-value')), item.epsilon, `item ${i}'s ε`);
+        assert.equal(await row.locator('td.epsilon').textContent(), shown(item.epsilon), `item ${i}'s ε as shown`);
+      }
       assert.equal(await row.locator('td.cost').textContent(), shown(item.cost), `item ${i}'s cost as shown`);
-      const f = item.forecast;
-      assert.equal(await row.locator('td.forecast').textContent(), `ℓ2 ≤ ${shown(f.l2)} (p ${shown(f.confidence)}), cell sd ≤ ${shown(f.cell_sd)}`);
+      assert.equal(await row.locator('td.forecast').textContent(), forecastShown(item.forecast));
     } else {
       assert.equal(await row.locator('td.epsilon').textContent(), '—');
       assert.match(await row.locator('td.forecast').textContent(), /Unreachable/);
@@ -467,12 +486,9 @@ try {
   assert.equal(await planSection.locator('fieldset.plan-item').count(), 1);
   const firstItem = planSection.locator('fieldset.plan-item').first();
   assert.equal(await firstItem.getByLabel('d (cells)').inputValue(), '6', "d defaults to the dataset's named cells");
-  // The mechanisms offered are "auto" and those the live description allows.
-  const description = await (await fetch(`${BASE}/openapi.yaml`)).text();
-  const planEnum = /\n {4}PlanItem:\n[\s\S]*?\n {8}mechanism:\n[\s\S]*?enum:\n((?: {10}- \w+\n)+)/.exec(description);
-  assert.ok(planEnum, 'the PlanItem mechanism enum in openapi.yaml');
+  // The mechanisms offered are "auto" and every one the service lists, in its order.
   assert.deepEqual(await firstItem.getByLabel('Mechanism').locator('option').evaluateAll((os) => os.map((o) => o.value)),
-    planEnum[1].trim().split('\n').map((line) => line.replace(/^\s*- /, '')));
+    ['auto', ...listing.map((m) => m.name)]);
   const ledgerBeforePlans = (await api('GET', `/v1/datasets/${clinicId}/budget`, ADMIN)).body;
   assert.ok(ledgerBeforePlans.spent > 0, 'planning on a dataset that has spent something');
   await planItem(planSection, 0, { n: 5000, goal: 'l2', value: 0.05 });
@@ -496,7 +512,7 @@ try {
   const unreachable = planSection.locator('table.plan-results tbody tr[data-item="2"] .unreachable');
   const { shortfall } = plan.answer.items[2];
   assert.equal(await unreachable.textContent(), `✗ Unreachable. Even at ε ${shown(shortfall.max_epsilon)}, posterior reaches only `
-    + `ℓ2 ≤ ${shown(shortfall.best.l2)} (p ${shown(shortfall.best.confidence)}), cell sd ≤ ${shown(shortfall.best.cell_sd)}; `
+    + `${forecastShown(shortfall.best)}; `
     + `a public total of ${shown(shortfall.min_n)} or more would reach the target.`);
   assert.match(await planSection.locator('dd.fits').textContent(), /No — 1 item is unreachable/);
   await assertNoStrayText(page, 'a plan with an unreachable item');
@@ -781,6 +797,163 @@ try {
   assert.deepEqual(await page.locator(`table.allocations tr[data-token="${analystId}"] td.num`).allTextContents(), ['0.22', '0.2', '0.02']);
   assert.equal(await page.locator('table.allocation-changes tbody tr').count(), 8);
   await page.locator('section.allocations-section').screenshot({ path: `${OUT}/allocations.png` });
+
+  step('every listed mechanism in both forms, each with its own fields; exponential, explicit and a smoothed gaussian released through the form; plans by fields and by KL');
+  const everyId = (await api('POST', '/v1/datasets', ADMIN, { name: 'every mechanism', budget: { epsilon: 64, order: 2 } })).body.id;
+  await page.goto(`${BASE}/console#/datasets/${everyId}`);
+  await page.getByRole('heading', { name: 'every mechanism' }).waitFor();
+  const releaseFormEl = page.locator('form.release-form');
+  const releaseMechanism = releaseFormEl.getByLabel('Mechanism', { exact: true });
+  assert.deepEqual(await releaseMechanism.locator('option').evaluateAll((os) => os.map((o) => o.value)), listing.map((m) => m.name),
+    'the release form offers every listed mechanism, in the listing order');
+  assert.equal(await releaseMechanism.inputValue(), listing.find((m) => m.default).name, 'the default mechanism is selected');
+  /** The visible mechanism-field controls of a form part: name, required, placeholder, hint. */
+  const shownFields = (where) => where.locator('.mechanism-fields:not([hidden]) [data-field]').evaluateAll((controls) => controls.map((c) => ({
+    name: c.dataset.field,
+    required: c.required,
+    placeholder: c.placeholder,
+    hint: document.getElementById(c.getAttribute('aria-describedby'))?.textContent ?? '',
+    number: c.type === 'number',
+  })));
+  const expectedFields = (m) => m.fields.map((f) => ({ name: f.name, required: f.required, number: f.type === 'number' }));
+  for (const m of listing) {
+    await releaseMechanism.selectOption(m.name);
+    const fields = await shownFields(releaseFormEl);
+    assert.deepEqual(fields.map(({ name, required, number }) => ({ name, required, number })), expectedFields(m), `${m.name}'s fields in the release form`);
+    for (const [i, f] of m.fields.entries()) {
+      assert.ok(fields[i].hint.startsWith(f.description), `${m.name}.${f.name}: its description is the hint`);
+      if (f.default !== undefined) assert.match(fields[i].placeholder, /^default /, `${m.name}.${f.name}: its default is the placeholder`);
+    }
+    const epsilonLabelShown = await releaseFormEl.locator('label', { hasText: /^ε/ }).textContent();
+    assert.match(epsilonLabelShown, { target: /to calibrate to\)$/, target_or_cap: new RegExp(`a cap when ${m.noise_field} is given`), cap: /^ε cap \(optional/, pure: /pure ε-DP/ }[m.epsilon], `${m.name}: ε read as ${m.epsilon}`);
+    assert.equal(await releaseFormEl.getByLabel('Calibration order (optional)').isVisible(), m.order, `${m.name}: order ${m.order ? 'offered' : 'not offered'}`);
+    assert.match(await releaseFormEl.locator('.mechanism-about').textContent(), new RegExp(`^About ${m.name}`));
+    await assertLabelled(page, `the release form with ${m.name}`);
+  }
+
+  const planFormEl = page.locator('section.plan-section');
+  const planItemEl = planFormEl.locator('fieldset.plan-item').first();
+  const planMechanism = planItemEl.getByLabel('Mechanism', { exact: true });
+  assert.deepEqual(await planMechanism.locator('option').evaluateAll((os) => os.map((o) => o.value)), ['auto', ...listing.map((m) => m.name)]);
+  const goalsShown = () => planItemEl.getByLabel('Plan by').locator('option').evaluateAll((os) => os.map((o) => o.value));
+  const autoTargets = [...new Set(listing.filter((m) => m.auto).flatMap((m) => m.targets))];
+  assert.deepEqual(await goalsShown(), ['epsilon', ...autoTargets], 'auto is planned by ε or any target a mechanism it weighs answers');
+  assert.deepEqual(await shownFields(planItemEl), [], 'auto takes no one mechanism\'s fields');
+  for (const m of listing) {
+    await planMechanism.selectOption(m.name);
+    assert.deepEqual((await shownFields(planItemEl)).map(({ name, required, number }) => ({ name, required, number })), expectedFields(m), `${m.name}'s fields in the plan form`);
+    const given = m.epsilon === 'cap' || m.epsilon === 'target_or_cap' ? ['given'] : [];
+    assert.deepEqual(await goalsShown(), ['epsilon', ...m.targets, ...given], `${m.name}: planned by ε, its targets${given.length ? ' or its fields' : ''}`);
+    await assertLabelled(page, `the plan form with ${m.name}`);
+  }
+
+  // exponential through the form: a Beta prior of two numbers, a pure ε, the selection's forecast.
+  const exponential = listed('exponential');
+  assert.ok(exponential && !exponential.tables, 'the listing has the exponential mechanism, vectors only');
+  await releaseMechanism.selectOption('exponential');
+  await page.getByLabel('Counts').fill('60 40\n30 70');
+  assert.match(await page.locator('.hint.shape').textContent(), /exponential releases one vector, not a table/);
+  const sentBeforeTable = releaseBodies.length;
+  await releaseFormEl.getByRole('button', { name: 'Preview' }).click();
+  problem = releaseFormEl.locator('.problem');
+  await problem.waitFor();
+  assert.match(await problem.locator('.problem-title').textContent(), /One vector only/);
+  assert.equal(releaseBodies.length, sentBeforeTable, 'a table for a vector-only mechanism is caught before sending');
+  await page.getByLabel('Counts').fill('60, 40');
+  await releaseFormEl.getByLabel('prior', { exact: true }).fill('2, 3');
+  await releaseFormEl.getByLabel(/^ε/).fill('0.5');
+  await releaseFormEl.locator('.mechanism-about summary').click();
+  await releaseFormEl.getByRole('button', { name: 'Preview' }).click();
+  preview = page.locator('dl.preview');
+  await preview.waitFor();
+  await page.locator('section', { has: releaseFormEl }).screenshot({ path: `${OUT}/mechanisms.png` });
+  assert.match(await preview.textContent(), /Forecast Hellinger distance\s*≤ \d/);
+  assert.match(await preview.textContent(), /exponential: .*prior = \[2, 3\]/);
+  await page.getByRole('button', { name: /Release \(spends/ }).click();
+  await page.getByText(/Released #1/).waitFor();
+  assert.deepEqual(releaseBodies[releaseBodies.length - 1], { counts: [60, 40], mechanism: 'exponential', epsilon: 0.5, prior: [2, 3] });
+  let storedEvery = (await api('GET', `/v1/datasets/${everyId}/releases`, ADMIN)).body.items;
+  assert.equal(storedEvery[0].mechanism.kind, 'exponential');
+  assert.deepEqual(storedEvery[0].mechanism.prior, [2, 3]);
+
+  // explicit through the form: r and α given, ε only an optional cap; a field that is not a
+  // number is caught and marked before sending, a required one left out is the service's 422.
+  const explicit = listed('explicit');
+  assert.ok(explicit && explicit.epsilon === 'cap', 'the listing has the explicit mechanism, its ε a cap');
+  await releaseMechanism.selectOption('explicit');
+  await page.getByLabel('Counts').fill('60, 40, 5');
+  // No cap: the exponential release's ε stays in the field until cleared (r and α fix the cost).
+  await releaseFormEl.getByLabel(/^ε cap/).fill('');
+  await releaseFormEl.getByLabel('r (required)', { exact: true }).fill('0.5');
+  await releaseFormEl.getByLabel('alpha (required)', { exact: true }).fill('1, x, 1');
+  const sentBeforeBad = releaseBodies.length;
+  await releaseFormEl.getByRole('button', { name: 'Preview' }).click();
+  problem = releaseFormEl.locator('.problem');
+  await problem.waitFor();
+  assert.match(await problem.locator('.problem-detail').textContent(), /^alpha: value 2 is not a number\.$/);
+  assert.equal(await problem.locator('.problem-field').textContent(), 'Field: alpha');
+  assert.equal(await releaseFormEl.getByLabel('alpha (required)', { exact: true }).getAttribute('aria-invalid'), 'true');
+  await releaseFormEl.getByLabel('alpha (required)', { exact: true }).fill('');
+  await releaseFormEl.getByRole('button', { name: 'Preview' }).click();
+  problem = releaseFormEl.locator('.problem[data-status="422"]');
+  await problem.waitFor();
+  assert.equal(await problem.locator('.problem-field').textContent(), 'Field: alpha');
+  assert.equal(await releaseFormEl.getByLabel('alpha (required)', { exact: true }).getAttribute('aria-invalid'), 'true');
+  assert.equal(releaseBodies.length, sentBeforeBad, 'previews only: nothing released');
+  await releaseFormEl.getByLabel('alpha (required)', { exact: true }).fill('1');
+  await releaseFormEl.getByRole('button', { name: 'Preview' }).click();
+  preview = page.locator('dl.preview');
+  await preview.waitFor();
+  assert.match(await preview.textContent(), /explicit: .*r = 0\.5/);
+  await page.getByRole('button', { name: /Release \(spends/ }).click();
+  await page.getByText(/Released #2/).waitFor();
+  assert.deepEqual(releaseBodies[releaseBodies.length - 1], { counts: [60, 40, 5], mechanism: 'explicit', r: 0.5, alpha: 1 });
+  storedEvery = (await api('GET', `/v1/datasets/${everyId}/releases`, ADMIN)).body.items;
+  assert.deepEqual([storedEvery[0].mechanism.kind, storedEvery[0].mechanism.r, storedEvery[0].mechanism.alpha], ['explicit', 0.5, 1]);
+  // Switching away and back keeps what was typed in a mechanism's fields.
+  await releaseMechanism.selectOption('dirichlet');
+  await releaseMechanism.selectOption('explicit');
+  assert.equal(await releaseFormEl.getByLabel('r (required)', { exact: true }).inputValue(), '0.5');
+  // gaussian with a smoothing pseudo-count, a field the form knows only from the listing.
+  assert.ok(listed('gaussian')?.fields.some((f) => f.name === 'smoothing'), 'gaussian lists smoothing');
+  await releaseMechanism.selectOption('gaussian');
+  await releaseFormEl.getByLabel(/^ε/).fill('0.5');
+  await releaseFormEl.getByLabel('smoothing', { exact: true }).fill('0.5');
+  await releaseFormEl.getByRole('button', { name: 'Preview' }).click();
+  await page.locator('dl.preview').waitFor();
+  await page.getByRole('button', { name: /Release \(spends/ }).click();
+  await page.getByText(/Released #3/).waitFor();
+  assert.deepEqual(releaseBodies[releaseBodies.length - 1], { counts: [60, 40, 5], mechanism: 'gaussian', epsilon: 0.5, smoothing: 0.5 });
+  storedEvery = (await api('GET', `/v1/datasets/${everyId}/releases`, ADMIN)).body.items;
+  assert.deepEqual([storedEvery[0].mechanism.kind, storedEvery[0].mechanism.smoothing], ['gaussian', 0.5]);
+  assert.ok(storedEvery[0].distribution.every((p) => p > 0), 'a smoothed release has no zero cell');
+
+  // The planner, by the listing: explicit planned by its fields alone; auto and gaussian planned
+  // by a KL target (gaussian's smoothing pseudo-count left to the planner).
+  await planItem(planFormEl, 0, { d: 3, n: 105, mechanism: 'explicit', goal: 'given' });
+  await planItemEl.getByLabel('r (required)', { exact: true }).fill('0.5');
+  await planItemEl.getByLabel('alpha (required)', { exact: true }).fill('1');
+  assert.ok(autoTargets.includes('kl'), 'a mechanism auto weighs answers a KL target');
+  await planItem(planFormEl, 1, { d: 6, n: 5000, goal: 'kl', value: 0.05, confidence: 0.9 });
+  await planItem(planFormEl, 2, { d: 6, n: 5000, mechanism: 'gaussian', goal: 'kl', value: 0.05 });
+  const everyPlan = await planAndCompare(page, planFormEl, ADMIN);
+  assert.deepEqual(everyPlan.request.items[0], { d: 3, n: 105, mechanism: 'explicit', r: 0.5, alpha: 1 });
+  assert.equal(everyPlan.answer.items[0].status, 'planned');
+  assert.equal(everyPlan.answer.items[0].cost, storedEvery[1].cost.epsilon, 'planned at what its release was charged');
+  assert.deepEqual(everyPlan.request.items[1], { d: 6, mechanism: 'auto', n: 5000, target: { kl: 0.05, confidence: 0.9 } });
+  assert.deepEqual(everyPlan.request.items[2], { d: 6, mechanism: 'gaussian', n: 5000, target: { kl: 0.05, confidence: 0.95 } });
+  for (const i of [1, 2]) {
+    const planned = everyPlan.answer.items[i];
+    assert.equal(planned.status, 'planned', `item ${i} reaches its KL target`);
+    assert.ok(planned.forecast.kl <= 0.05, `item ${i}'s KL forecast meets the target`);
+    assert.match(await planFormEl.locator(`table.plan-results tbody tr[data-item="${i}"] td.forecast`).textContent(), /, KL ≤ /);
+  }
+  // The pseudo-count the planner chose for gaussian is among the parameters shown.
+  const smoothing = everyPlan.answer.items[2].parameters.smoothing;
+  assert.equal(typeof smoothing, 'number', 'a KL plan of gaussian smooths its output');
+  assert.match(await planFormEl.locator('table.plan-results tbody tr[data-item="2"] td.params').textContent(), new RegExp(`smoothing = ${shown(smoothing).replace('.', '\\.')}`));
+  await assertNoStrayText(page, 'the dataset page after releases and a plan by every mechanism');
+  await planFormEl.screenshot({ path: `${OUT}/planner-mechanisms.png` });
 
   step('every console response carried the security headers');
   assert.ok(consoleResponses.length >= 6, `only ${consoleResponses.length} console responses seen`);

@@ -8,6 +8,7 @@ root); ``DIRICHLET_TEST_BACKENDS`` (default ``sqlite,postgres``) chooses the bac
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -42,6 +43,22 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("measured")
         for fact in FACTS:
             terminalreporter.write_line(fact)
+
+
+def mirrors(model: Any, doc: Any, where: str = "answer") -> None:
+    """Every member of the service's JSON is on the typed model, with the same value."""
+    if dataclasses.is_dataclass(model):
+        assert isinstance(doc, dict), where
+        names = {f.name for f in dataclasses.fields(model)}
+        for key, value in doc.items():
+            assert key in names, f"{where}.{key} is not modelled"
+            mirrors(getattr(model, key), value, f"{where}.{key}")
+    elif isinstance(doc, list):
+        assert isinstance(model, list) and len(model) == len(doc), where
+        for i, (m, d) in enumerate(zip(model, doc)):
+            mirrors(m, d, f"{where}[{i}]")
+    else:
+        assert model == doc and type(model) is not dict, where
 
 
 @dataclass

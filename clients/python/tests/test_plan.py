@@ -11,7 +11,7 @@ import pytest
 import dirichlet_release as dr
 from dirichlet_release import Client, PlanItem, Target
 
-from .conftest import FaultProxy, Server, record
+from .conftest import FaultProxy, Server, mirrors, record
 
 # The README's step 9: a 40-cell histogram of about 5,000 records to ±0.02 (95 %), any
 # mechanism, and a 3-row table at a given ε.
@@ -19,22 +19,6 @@ HISTOGRAM = PlanItem(d=40, n_lower_bound=5000, target=Target(l2=0.02))
 TABLE = PlanItem(d=6, rows=3, n_lower_bound=50, mechanism="dirichlet", epsilon=0.1)
 # Ten records cannot give ±0.001 whatever is spent.
 OUT_OF_REACH = PlanItem(d=40, n=10, mechanism="dirichlet", target=Target(l2=0.001))
-
-
-def mirrors(model: Any, doc: Any, where: str = "plan") -> None:
-    """Every member of the service's JSON is on the typed model, with the same value."""
-    if dataclasses.is_dataclass(model):
-        assert isinstance(doc, dict), where
-        names = {f.name for f in dataclasses.fields(model)}
-        for key, value in doc.items():
-            assert key in names, f"{where}.{key} is not modelled"
-            mirrors(getattr(model, key), value, f"{where}.{key}")
-    elif isinstance(doc, list):
-        assert isinstance(model, list) and len(model) == len(doc), where
-        for i, (m, d) in enumerate(zip(model, doc)):
-            mirrors(m, d, f"{where}[{i}]")
-    else:
-        assert model == doc and type(model) is not dict, where
 
 
 def test_a_plan_parses_every_field(client: Client, dataset_id: str) -> None:
@@ -69,13 +53,10 @@ def test_a_plan_parses_every_field(client: Client, dataset_id: str) -> None:
     # A given ε: the Dirichlet mechanism calibrated to it, its r and α.
     assert (table.mechanism, table.status) == ("dirichlet", "planned")
     assert table.epsilon == table.cost == pytest.approx(0.1, rel=1e-9)
-    assert table.parameters is not None
-    assert table.parameters.r is not None and isinstance(table.parameters.alpha, float)
-    assert (table.parameters.sigma, table.parameters.scale, table.parameters.prior) == (
-        None,
-        None,
-        None,
-    )
+    # Named by the Dirichlet draw: its r and its prior α (one number: every cell alike).
+    assert table.parameters is not None and set(table.parameters) == {"r", "alpha"}
+    assert isinstance(table.parameters["r"], float) and isinstance(table.parameters["alpha"], float)
+    assert table.parameters == table.raw["parameters"]
 
     assert short.status == "unreachable" and not short.planned
     assert histogram.cost is not None and table.cost is not None
@@ -222,10 +203,9 @@ def test_release_kwargs_release_exactly_what_was_planned(client: Client, server:
         # Charged exactly the planned cost, and run with the planned parameters.
         assert release.cost.epsilon == planned.cost, (item, kwargs)
         assert release.mechanism.kind == planned.mechanism
-        assert planned.parameters is not None
-        for name, value in dataclasses.asdict(planned.parameters).items():
-            if value is not None:
-                assert release.mechanism[name] == value, (item.mechanism, name)
+        assert planned.parameters is not None and len(planned.parameters) > 0
+        for name, value in planned.parameters.items():
+            assert release.mechanism[name] == value, (item.mechanism, name)
         mechanisms.append(release.mechanism.kind)
     assert sorted(set(mechanisms[2:])) == sorted(
         ["dirichlet", "posterior", "diffuse", "explicit", "gaussian", "laplace", "exponential"]
@@ -241,17 +221,24 @@ def test_release_kwargs_release_exactly_what_was_planned(client: Client, server:
 
 
 def test_auto_sends_only_the_chosen_mechanisms_own_fields(client: Client) -> None:
-    # exponential's [α, β] prior and posterior's r, under "auto": the Dirichlet mechanism wins
-    # this cell bound, and its release gets neither (it would refuse both).
+    # exponential's [α, β] prior and posterior's r under "auto": whichever mechanism wins, its
+    # release gets only the fields the service lists for it (any other it would refuse).
+    listing = client.mechanisms()
     dataset = client.create_dataset("auto fields", epsilon=2.0, order=2).id
     item = PlanItem(d=4, n=100, prior=[2, 3], r=2.0, target=Target(cell_sd=0.2))
     (planned,) = client.plan(dataset, [item]).items
-    assert planned.mechanism == "dirichlet"
+    assert planned.mechanism is not None and planned.mechanism_info == listing[planned.mechanism]
     kwargs = planned.release_kwargs()
-    assert kwargs == {"mechanism": "dirichlet", "epsilon": planned.epsilon}
+    assert kwargs["mechanism"] == planned.mechanism and kwargs["epsilon"] == planned.epsilon
+    own = set(kwargs) - {"mechanism", "epsilon"}
+    assert own <= set(listing[planned.mechanism].field_names), kwargs
+    for other in ("prior", "r"):
+        if not listing[planned.mechanism].takes(other):
+            assert other not in kwargs
     release = client.release(dataset, FOUR, **kwargs)
     assert release.cost.epsilon == planned.cost
-    assert planned.parameters is not None and release.mechanism["r"] == planned.parameters.r
+    assert planned.parameters is not None
+    assert all(release.mechanism[k] == v for k, v in planned.parameters.items())
 
 
 def test_an_analyst_plans_against_their_allocation(

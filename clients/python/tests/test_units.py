@@ -287,7 +287,9 @@ def _planned_doc() -> Dict[str, Any]:
 def test_plan_answers_are_read_strictly() -> None:
     plan = dr.Plan.from_json(_planned_doc())
     planned, short = plan.items
-    assert planned.parameters == dr.PlanParameters(r=0.5, alpha=3.0)
+    assert planned.parameters == dr.PlanParameters({"r": 0.5, "alpha": 3.0})
+    assert planned.parameters == {"r": 0.5, "alpha": 3.0}
+    assert planned.parameters is not None and planned.parameters["alpha"] == 3.0
     assert planned.candidates[1] == dr.PlanCandidate(
         "exponential", "not_applicable", reason="d = 2"
     )
@@ -306,7 +308,6 @@ def test_plan_answers_are_read_strictly() -> None:
         broken(lambda d: d.update(items={})),
         broken(lambda d: d["items"][0].update(status="maybe")),
         broken(lambda d: d["items"][0].pop("cost")),
-        broken(lambda d: d["items"][0].pop("epsilon")),
         broken(lambda d: d["items"][0].pop("parameters")),
         broken(lambda d: d["items"][0].update(cost=True)),
         broken(lambda d: d["items"][0].update(cost="0.125")),
@@ -321,7 +322,9 @@ def test_plan_answers_are_read_strictly() -> None:
             dr.Plan.from_json(bad)
     with pytest.raises(dr.BadResponse, match="2 items for 1 sent"):
         dr.Plan.from_json(_planned_doc(), sent=[{"d": 2}])
-    # explicit runs without an ε of its own.
+    # Whether a planned item may lack an ε is the listing's to say (see
+    # test_a_planned_item_needs_an_epsilon_unless_its_mechanism_runs_as_given); read without
+    # it, the item is taken as it comes.
     explicit = broken(lambda d: d["items"][0].update(mechanism="explicit"))
     explicit["items"][0].pop("epsilon")
     assert dr.Plan.from_json(explicit).items[0].epsilon is None
@@ -362,26 +365,184 @@ def test_plan_items_as_sent() -> None:
     }
 
 
-@pytest.mark.parametrize(
-    ("mechanism", "epsilon", "sent", "expected"),
-    [
-        ("dirichlet", 0.5, {"prior": 0.5, "r": 2.0, "alpha": 1.0}, {"prior": 0.5}),
-        ("dirichlet", 0.5, {"prior": [2, 3]}, {}),
-        ("exponential", 0.5, {"prior": [2, 3], "r": 2.0}, {"prior": [2, 3]}),
-        ("exponential", 0.5, {"prior": 0.5}, {}),
-        ("posterior", 0.5, {"prior": 0.5, "r": 2.0, "alpha": 1.0}, {"r": 2.0}),
-        ("diffuse", 0.5, {"prior": 0.5, "r": 2.0, "alpha": [1, 2]}, {"alpha": [1, 2]}),
-        ("explicit", None, {"prior": 0.5, "r": 2.0, "alpha": 1.0}, {"r": 2.0, "alpha": 1.0}),
-        ("gaussian", 0.5, {"prior": 0.5, "r": 2.0, "alpha": 1.0}, {}),
-        ("laplace", 0.5, {"prior": [1, 1], "r": 2.0, "alpha": 1.0}, {}),
-    ],
-)
-def test_release_kwargs_carry_only_the_chosen_mechanisms_fields(
-    mechanism: str, epsilon: Any, sent: Dict[str, Any], expected: Dict[str, Any]
-) -> None:
-    doc = _planned_doc()["items"][0] | {"mechanism": mechanism}
+# A listing of made-up mechanisms, none of them the service's: what the client does with a plan
+# must follow whatever the service lists, with no table of its own.
+def _field(name: str, **extra: Any) -> Dict[str, Any]:
+    return {"name": name, "type": "number", "required": False, "description": name} | extra
+
+
+def _mechanism(name: str, epsilon: str, fields: Any, **extra: Any) -> Dict[str, Any]:
+    return {
+        "name": name,
+        "summary": f"the {name} mechanism",
+        "default": False,
+        "epsilon": epsilon,
+        "order": True,
+        "fields": fields,
+        "tables": True,
+        "lower_bound": False,
+        "targets": ["l2", "kl"],
+        "auto": True,
+        "forecast": None,
+    } | extra
+
+
+def _listing() -> Dict[str, Any]:
+    return {
+        "mechanisms": [
+            _mechanism(
+                "staircase",
+                "target",
+                [_field("step", default=2.0), _field("prior", type="number_or_numbers")],
+                default=True,
+                forecast="staircase",
+            ),
+            _mechanism(
+                "blur",
+                "target_or_cap",
+                [_field("spread"), _field("smoothing", default=0.0)],
+                noise_field="spread",
+            ),
+            _mechanism(
+                "fixed",
+                "cap",
+                [_field("weights", type="number_or_numbers", required=True)],
+                order=False,
+                tables=False,
+                targets=[],
+                auto=False,
+            ),
+        ]
+    }
+
+
+def test_the_mechanism_listing_is_read_strictly() -> None:
+    listing = dr.Mechanisms.from_json(_listing())
+    assert listing.names == ["staircase", "blur", "fixed"] and len(listing) == 3
+    assert listing.default.name == "staircase" and "blur" in listing and "dirichlet" not in listing
+    staircase = listing["staircase"]
+    assert staircase.fields[0] == dr.MechanismField("step", "number", False, "step", 2.0)
+    assert staircase.field_names == ["step", "prior"] and staircase.forecast == "staircase"
+    assert listing["blur"].noise_field == "spread" and listing["blur"].targets == ["l2", "kl"]
+    assert listing.get("laplace") is None
+    with pytest.raises(KeyError):
+        listing["laplace"]
+    assert [m.name for m in listing] == listing.names
+
+    def broken(change: Any) -> Dict[str, Any]:
+        doc = _listing()
+        change(doc)
+        return doc
+
+    for bad in [
+        {},
+        broken(lambda d: d.update(mechanisms={})),
+        broken(lambda d: d["mechanisms"][0].update(default=False)),
+        broken(lambda d: d["mechanisms"][1].update(default=True)),
+        broken(lambda d: d["mechanisms"].append(d["mechanisms"][0])),
+        broken(lambda d: d["mechanisms"][0].update(epsilon="approximate")),
+        broken(lambda d: d["mechanisms"][0].update(tables="yes")),
+        broken(lambda d: d["mechanisms"][0].update(targets="l2")),
+        broken(lambda d: d["mechanisms"][0].pop("fields")),
+        broken(lambda d: d["mechanisms"][0]["fields"].append(_field("step"))),
+        broken(lambda d: d["mechanisms"][0]["fields"][0].update(default="2")),
+        broken(lambda d: d["mechanisms"][0]["fields"][0].pop("required")),
+        broken(lambda d: d["mechanisms"][1].pop("noise_field")),
+        broken(lambda d: d["mechanisms"][1].update(noise_field="width")),
+        broken(lambda d: d["mechanisms"][0].update(noise_field="step")),
+    ]:
+        with pytest.raises(dr.BadResponse):
+            dr.Mechanisms.from_json(bad)
+
+
+def _planned_as(
+    mechanism: str, sent: Dict[str, Any], parameters: Dict[str, Any], epsilon: Any = 0.125
+) -> dr.PlannedItem:
+    doc = _planned_doc()["items"][0] | {"mechanism": mechanism, "parameters": parameters}
     if epsilon is None:
         doc.pop("epsilon")
-    item = dr.PlannedItem.from_json(doc, sent={"d": 2, "n": 10, "mechanism": "auto"} | sent)
-    kwargs = {"mechanism": mechanism} | ({} if epsilon is None else {"epsilon": 0.125})
+    sent = {"d": 2, "n": 10, "mechanism": "auto"} | sent
+    return dr.PlannedItem.from_json(doc, sent=sent, mechanisms=dr.Mechanisms.from_json(_listing()))
+
+
+SENT = {"step": 3.0, "prior": [1, 2], "spread": 4.0, "smoothing": 0.5, "weights": [1.0, 1.0]}
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "sent", "parameters", "epsilon", "expected"),
+    [
+        # The fields sent that the listing gives the chosen mechanism, and no other.
+        ("staircase", SENT, {"width": 7.0}, 0.125, {"step": 3.0, "prior": [1, 2]}),
+        ("staircase", {"prior": 0.5, "weights": 1.0}, {}, 0.125, {"prior": 0.5}),
+        # A field the planner chose (not sent) comes from the parameters; the noise field does
+        # not when the release is calibrated to ε, which draws it again.
+        ("blur", {}, {"spread": 9.0, "smoothing": 0.25}, 0.125, {"smoothing": 0.25}),
+        ("blur", {"smoothing": 0.5}, {"spread": 9.0, "smoothing": 0.5}, 0.125, {"smoothing": 0.5}),
+        # Given its noise field, it runs as given: no ε, the noise field sent.
+        (
+            "blur",
+            {"spread": 4.0},
+            {"spread": 4.0, "smoothing": 0.0},
+            None,
+            {"spread": 4.0, "smoothing": 0.0},
+        ),
+        ("fixed", SENT, {"weights": [1.0, 1.0]}, None, {"weights": [1.0, 1.0]}),
+    ],
+)
+def test_release_kwargs_follow_the_listing(
+    mechanism: str,
+    sent: Dict[str, Any],
+    parameters: Dict[str, Any],
+    epsilon: Any,
+    expected: Dict[str, Any],
+) -> None:
+    item = _planned_as(mechanism, sent, parameters, epsilon)
+    assert item.mechanism_info is not None and item.mechanism_info.name == mechanism
+    kwargs = {"mechanism": mechanism} | ({} if epsilon is None else {"epsilon": epsilon})
     assert item.release_kwargs() == kwargs | expected
+
+
+def test_a_planned_item_needs_an_epsilon_unless_its_mechanism_runs_as_given() -> None:
+    with pytest.raises(dr.BadResponse, match="epsilon"):
+        _planned_as("staircase", {}, {}, epsilon=None)
+    with pytest.raises(dr.BadResponse, match="epsilon"):
+        _planned_as("blur", {"smoothing": 1.0}, {}, epsilon=None)
+    assert _planned_as("blur", {"spread": 1.0}, {}, epsilon=None).epsilon is None
+    assert _planned_as("fixed", {}, {}, epsilon=None).epsilon is None
+    # A mechanism the listing does not have.
+    with pytest.raises(dr.BadResponse, match="does not list"):
+        _planned_as("dirichlet", {}, {})
+    # Read without the listing: nothing to tell which fields are the mechanism's.
+    doc = _planned_doc()["items"][0]
+    item = dr.PlannedItem.from_json(doc, sent={"d": 2, "n": 10, "r": 1.0})
+    with pytest.raises(ValueError, match="list of mechanisms"):
+        item.release_kwargs()
+
+
+def test_kl_targets_and_forecasts() -> None:
+    assert dr.Target(kl=0.05, confidence=0.9).to_json() == {"kl": 0.05, "confidence": 0.9}
+    assert dr.Target(l2=0.1, kl=np.float64(0.5)).to_json() == {"l2": 0.1, "kl": 0.5}
+    forecast = {"l2": 0.02, "confidence": 0.95, "cell_sd": 0.01}
+    assert dr.AccuracyForecast.from_json(forecast).kl is None
+    assert dr.AccuracyForecast.from_json(forecast | {"kl": 0.03}).kl == 0.03
+    with pytest.raises(dr.BadResponse):
+        dr.AccuracyForecast.from_json(forecast | {"kl": "0.03"})
+
+
+def test_plan_items_carry_any_field_in_params() -> None:
+    item = dr.PlanItem(
+        d=4, n=10, mechanism="gaussian", epsilon=0.5, params={"smoothing": np.float64(0.5)}
+    )
+    assert item.to_json() == {
+        "d": 4,
+        "n": 10,
+        "mechanism": "gaussian",
+        "epsilon": 0.5,
+        "smoothing": 0.5,
+    }
+    both = dr.PlanItem(d=4, n=10, prior=1.0, params={"prior_shape": pd.Series([1, 2])})
+    assert both.to_json()["prior_shape"] == [1, 2] and both.to_json()["prior"] == 1.0
+    with pytest.raises(ValueError, match="twice"):
+        dr.PlanItem(d=4, n=10, r=1.0, params={"r": 2.0}).to_json()
+    with pytest.raises(ValueError, match="member of the plan item"):
+        dr.PlanItem(d=4, n=10, params={"epsilon": 2.0}).to_json()

@@ -3,8 +3,10 @@
 `Client` (blocking) and `AsyncClient` (asyncio) speak the service's HTTP API. A release always
 carries an Idempotency-Key and every retry reuses it, so a retried release is charged once;
 every problem+json answer is raised as a typed `ProblemError`. Counts may be lists, numpy arrays
-or pandas objects, and come back with their labels. `plan` tells, from public figures only, which
-mechanism and ε reach an accuracy target and what they cost, before anything is spent.
+or pandas objects, and come back with their labels. `mechanisms` lists the mechanisms the
+service runs, their fields and what each supports, as the service describes them. `plan` tells,
+from public figures only, which mechanism and ε reach an accuracy target and what they cost,
+before anything is spent.
 """
 
 from ._client import AsyncClient, Client
@@ -33,6 +35,7 @@ from ._exceptions import (
     ServiceUnavailable,
     Unauthorized,
 )
+from ._mechanisms import MechanismField, MechanismInfo, Mechanisms
 from ._models import (
     Allocation,
     AllocationChange,
@@ -91,6 +94,9 @@ __all__ = [
     "InternalServerError",
     "InvalidRequest",
     "Mechanism",
+    "MechanismField",
+    "MechanismInfo",
+    "Mechanisms",
     "NoGuarantee",
     "NotFound",
     "OutputQuotaExceeded",

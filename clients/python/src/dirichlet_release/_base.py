@@ -36,6 +36,7 @@ from ._exceptions import (
     parse_retry_after,
     problem_class,
 )
+from ._mechanisms import Mechanisms
 from ._models import (
     Allocation,
     Allocations,
@@ -195,6 +196,9 @@ class BaseClient:
         # Each dataset's cell names (None: it has none), by id. A dataset's cells are fixed at
         # registration, so what was read once stays true.
         self._cells: Dict[str, Optional[List[str]]] = {}
+        # The service's mechanisms, read the first time they are needed and kept: they change
+        # only with the service's version.
+        self._mechanisms: Optional[Mechanisms] = None
 
     @staticmethod
     def _env() -> tuple[str, str]:
@@ -525,17 +529,28 @@ class BaseClient:
             lambda r: Allocations.from_json(_object(r)),
         )
 
-    def _plan(
-        self, dataset_id: str, items: Sequence[Union[PlanItem, Mapping[str, Any]]]
-    ) -> Call[Plan]:
+    def _list_mechanisms(self) -> Call[Mechanisms]:
+        def parse(response: httpx.Response) -> Mechanisms:
+            self._mechanisms = Mechanisms.from_json(_json(response))
+            return self._mechanisms
+
+        return Call("GET", "/v1/mechanisms", parse)
+
+    @staticmethod
+    def _plan_items(items: Sequence[Union[PlanItem, Mapping[str, Any]]]) -> List[Dict[str, Any]]:
+        """The request's items, checked before anything is sent."""
         if isinstance(items, (PlanItem, Mapping, str)):
             raise TypeError("items must be a list of PlanItem (or dicts), not one item")
-        sent = [plan_item_json(item, i) for i, item in enumerate(items)]
+        return [plan_item_json(item, i) for i, item in enumerate(items)]
+
+    def _plan(
+        self, dataset_id: str, sent: List[Dict[str, Any]], mechanisms: Mechanisms
+    ) -> Call[Plan]:
         # Side-effect free (nothing is charged or stored), so resent like a read.
         return Call(
             "POST",
             f"/v1/datasets/{_segment(dataset_id)}/plan",
-            lambda r: Plan.from_json(_object(r), sent=sent),
+            lambda r: Plan.from_json(_object(r), sent=sent, mechanisms=mechanisms),
             body=_encode({"items": sent}),
         )
 

@@ -31,6 +31,7 @@ from ._base import (
     Call,
     problem_error,
 )
+from ._mechanisms import Mechanisms
 from ._models import (
     Allocation,
     Allocations,
@@ -238,9 +239,9 @@ class Client(BaseClient):
                 index or a DataFrame's columns are aligned to them by name (sent in the
                 dataset's order; a missing or extra name raises `CellsMismatch` before anything
                 is sent), and the output is labelled with them.
-            epsilon: the privacy cost to calibrate to (a cap for fully specified mechanisms).
-            mechanism: ``dirichlet``, ``posterior``, ``diffuse``, ``explicit``, ``gaussian``,
-                ``laplace`` or ``exponential``.
+            epsilon: the privacy cost to calibrate to (a cap for fully specified mechanisms:
+                how each mechanism reads it is its `MechanismInfo.epsilon`).
+            mechanism: a mechanism's name; `mechanisms` lists those the service runs.
             label: free text stored with the release.
             row_names: public names of a table's rows, stored with the release; sent only when
                 given: a list, or True to send the DataFrame's index. Only ever name rows from
@@ -250,9 +251,10 @@ class Client(BaseClient):
             idempotency_key: the retry handle; a fresh UUID when None. Every retry of this call
                 sends the same key and the same body, so the service charges at most once and a
                 retried call returns the stored release (``replayed`` is then True).
-            **params: the mechanism's own fields: ``prior``, ``r``, ``alpha``, ``sigma``,
-                ``scale``, ``lower_bound``, ``prior_shape``, ``order``. Arrays and Series are
-                accepted.
+            **params: the mechanism's own fields (`mechanisms` lists each mechanism's, with
+                their types, defaults and meaning), and ``order``, the calibration order, for
+                a mechanism that takes one. Arrays and Series are accepted. The service checks
+                them: a field the mechanism does not take is an `InvalidRequest` naming it.
 
         Raises:
             BudgetExhausted: the release would overspend the dataset's budget, or (as its
@@ -355,7 +357,23 @@ class Client(BaseClient):
             NotFound: no such dataset, or one the token may not see.
 
         """
-        return self._run(self._plan(dataset_id, items))
+        sent = self._plan_items(items)
+        return self._run(self._plan(dataset_id, sent, self.mechanisms()))
+
+    def mechanisms(self) -> Mechanisms:
+        """Every mechanism the service runs, with its fields and what it supports.
+
+        `Mechanisms`: iterate over it, or look one up by name (``client.mechanisms()["laplace"]``);
+        each `MechanismInfo` has the mechanism's `fields` (name, type, whether required, default,
+        meaning), how it reads `epsilon`, whether it takes an `order`, releases tables, takes a
+        `lower_bound`, which plan `targets` it meets, whether ``"auto"`` considers it and what a
+        preview forecasts. Read from the service (``GET /v1/mechanisms``, no token needed) the
+        first time it is needed and kept for the client's life; `plan` reads it to know which
+        fields each mechanism takes.
+        """
+        if self._mechanisms is None:
+            return self._run(self._list_mechanisms())
+        return self._mechanisms
 
     def whoami(self) -> WhoAmI:
         """The presented token's role (and an analyst token's id and datasets)."""
@@ -564,7 +582,14 @@ class AsyncClient(BaseClient):
         self, dataset_id: str, items: Sequence[Union[PlanItem, Mapping[str, Any]]]
     ) -> Plan:
         """Plan releases for accuracy, nothing sent of the data or charged; see `Client.plan`."""
-        return await self._run(self._plan(dataset_id, items))
+        sent = self._plan_items(items)
+        return await self._run(self._plan(dataset_id, sent, await self.mechanisms()))
+
+    async def mechanisms(self) -> Mechanisms:
+        """Every mechanism the service runs, read once and kept; see `Client.mechanisms`."""
+        if self._mechanisms is None:
+            return await self._run(self._list_mechanisms())
+        return self._mechanisms
 
     async def whoami(self) -> WhoAmI:
         """The presented token's role (and an analyst token's id and datasets)."""

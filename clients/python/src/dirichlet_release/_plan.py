@@ -8,12 +8,13 @@ counts are sent and nothing is charged.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
+from . import _json as j
 from ._counts import to_jsonable
 from ._exceptions import BadResponse
+from ._mechanisms import MechanismInfo, Mechanisms
 
 __all__ = [
     "AccuracyForecast",
@@ -28,6 +29,8 @@ __all__ = [
 
 ITEM_STATUSES = ("planned", "unreachable")
 CANDIDATE_STATUSES = ("chosen", "planned", "unreachable", "not_applicable", "outranked")
+# The members of a plan item that are not a mechanism's own fields.
+ITEM_MEMBERS = ("d", "n", "n_lower_bound", "rows", "mechanism", "epsilon", "target")
 
 
 # --------------------------------------------------------------------------- what is sent
@@ -35,21 +38,29 @@ CANDIDATE_STATUSES = ("chosen", "planned", "unreachable", "not_applicable", "out
 
 @dataclass(frozen=True)
 class Target:
-    """The accuracy a planned release must reach: at least one of `l2` and `cell_sd`.
+    """The accuracy a planned release must reach: at least one of `l2`, `cell_sd` and `kl`.
+
+    Which targets a mechanism can be planned for is in its listing
+    (`MechanismInfo.targets`); ``"auto"`` weighs those that can.
 
     Attributes:
         l2: an upper bound on the ℓ2 error ‖y − x/n‖₂ of the released distribution, met with
             probability at least `confidence` for every count vector of the total.
-        confidence: the probability of `l2` (strictly between 0 and 1; the service's default,
-            0.95, when None). Only with `l2`.
+        confidence: the probability of `l2` and `kl` (strictly between 0 and 1; the service's
+            default, 0.95, when None). Only with `l2` or `kl`.
         cell_sd: an upper bound on every output cell's root-mean-square deviation from the
             truth, √E[(yᵢ − xᵢ/n)²].
+        kl: an upper bound on the Kullback–Leibler divergence D_KL(x/n ‖ y) of the released
+            distribution y from the truth, met with probability at least `confidence` for
+            every count vector of the total (per row, for a table). The Dirichlet mechanism's
+            own utility metric.
 
     """
 
     l2: Optional[float] = None
     confidence: Optional[float] = None
     cell_sd: Optional[float] = None
+    kl: Optional[float] = None
 
     def to_json(self) -> Dict[str, Any]:
         """The request's form (the members that are set)."""
@@ -59,6 +70,7 @@ class Target:
                 ("l2", self.l2),
                 ("confidence", self.confidence),
                 ("cell_sd", self.cell_sd),
+                ("kl", self.kl),
             )
             if value is not None
         }
@@ -69,8 +81,9 @@ class PlanItem:
     """One release to plan, described by public figures only.
 
     Give exactly one of `n` and `n_lower_bound`, and exactly one of `epsilon` and `target`
-    (``explicit`` takes neither: its `r` and `alpha` fix it). The service checks every value and
-    refuses a bad one with `InvalidRequest`, whose `field` names it (``items[2].target.l2``).
+    (neither when the mechanism's own fields fix it, such as ``explicit``'s `r` and `alpha`).
+    The service checks every value and refuses a bad one with `InvalidRequest`, whose `field`
+    names it (``items[2].target.l2``).
 
     **The total must be public.** `n` (or `n_lower_bound`) has to come from outside the data: a
     survey's published sample size, a registry's size, a lower bound known in advance. Never
@@ -88,11 +101,12 @@ class PlanItem:
             target, or the most accurate at the given ε) or a mechanism's name.
         epsilon: plan at this ε (RDP at the dataset's order) instead of a target.
         target: the accuracy to reach; the plan finds the cheapest ε on the ledger grid.
-        prior: ``dirichlet``'s base prior a₀ (a number) or ``exponential``'s Beta prior
-            ``[α, β]``.
-        r: ``posterior``'s (default 1) or ``explicit``'s r.
-        alpha: ``diffuse``'s or ``explicit``'s prior α: a number, or one per cell (a list, an
-            array or a Series).
+        prior, r, alpha: three mechanisms' fields by name, for short: the same as giving them
+            in `params`.
+        params: the mechanisms' own fields, by name, as a release takes them (a number, a list,
+            an array or a Series): ``{"prior_shape": [1, 2, 3]}``, ``{"smoothing": 0.5}``.
+            `Client.mechanisms` lists which mechanism takes which. Under ``"auto"`` each
+            mechanism reads those it takes.
 
     """
 
@@ -106,12 +120,20 @@ class PlanItem:
     prior: Union[float, Sequence[float], None] = None
     r: Optional[float] = None
     alpha: Optional[Any] = None
+    params: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> Dict[str, Any]:
         """The request's form: the members that are set, in plain JSON values."""
         doc: Dict[str, Any] = {"d": to_jsonable(self.d, "d"), "mechanism": self.mechanism}
         for name in ("rows", "n", "n_lower_bound", "epsilon", "prior", "r", "alpha"):
             value = getattr(self, name)
+            if value is not None:
+                doc[name] = to_jsonable(value, name)
+        for name, value in self.params.items():
+            if name in ITEM_MEMBERS:
+                raise ValueError(f"params: {name} is a member of the plan item, not a field")
+            if name in doc:
+                raise ValueError(f"params: {name} is given twice (as an attribute and in params)")
             if value is not None:
                 doc[name] = to_jsonable(value, name)
         if self.target is not None:
@@ -139,86 +161,32 @@ def plan_item_json(item: Union[PlanItem, Mapping[str, Any]], index: int) -> Dict
 # --------------------------------------------------------------------------- what comes back
 
 
-def _get(doc: Mapping[str, Any], key: str, what: str) -> Any:
-    try:
-        return doc[key]
-    except KeyError:
-        raise BadResponse(f"{what}: the service's answer has no `{key}`") from None
-
-
-def _object(value: Any, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise BadResponse(f"{what}: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _float(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadResponse(f"{what}: expected a finite number, got {type(value).__name__}")
-    return float(value)
-
-
-def _opt_float(doc: Mapping[str, Any], key: str, what: str) -> Optional[float]:
-    value = doc.get(key)
-    return None if value is None else _float(value, f"{what} {key}")
-
-
-def _int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadResponse(f"{what}: expected an integer, got {type(value).__name__}")
-    return value
-
-
-def _str(value: Any, what: str) -> str:
-    if not isinstance(value, str):
-        raise BadResponse(f"{what}: expected a string, got {type(value).__name__}")
-    return value
-
-
-def _status(value: Any, allowed: Sequence[str], what: str) -> str:
-    status = _str(value, what)
-    if status not in allowed:
-        raise BadResponse(f"{what}: unknown status {status!r}")
-    return status
-
-
-def _numbers(value: Any, what: str) -> List[float]:
-    if not isinstance(value, list):
-        raise BadResponse(f"{what}: expected a list of numbers, got {type(value).__name__}")
-    return [_float(v, what) for v in value]
-
-
-def _values(value: Any, what: str) -> Union[float, List[float], None]:
-    """A parameter that is one number (every cell) or one per cell."""
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return _numbers(value, what)
-    return _float(value, what)
-
-
 @dataclass(frozen=True)
 class AccuracyForecast:
     """A worst-case forecast, for every count vector of the item's total (per row of a table).
 
     ‖y − x/n‖₂ ≤ `l2` with probability at least `confidence`, and every output cell's
-    root-mean-square deviation from the truth, √E[(yᵢ − xᵢ/n)²], is at most `cell_sd`. With
-    `n_lower_bound` it holds for every total at least that large.
+    root-mean-square deviation from the truth, √E[(yᵢ − xᵢ/n)²], is at most `cell_sd`. `kl`,
+    when the mechanism has a proven bound on it, bounds D_KL(x/n ‖ y) with probability at least
+    `confidence` (None otherwise). With `n_lower_bound` it holds for every total at least that
+    large.
     """
 
     l2: float
     confidence: float
     cell_sd: float
+    kl: Optional[float] = None
 
     @classmethod
     def from_json(cls, doc: Any) -> AccuracyForecast:
         """Read the service's JSON."""
         what = "forecast"
-        doc = _object(doc, what)
+        doc = j.obj(doc, what)
         return cls(
-            l2=_float(_get(doc, "l2", what), "forecast l2"),
-            confidence=_float(_get(doc, "confidence", what), "forecast confidence"),
-            cell_sd=_float(_get(doc, "cell_sd", what), "forecast cell_sd"),
+            l2=j.number(j.get(doc, "l2", what), "forecast l2"),
+            confidence=j.number(j.get(doc, "confidence", what), "forecast confidence"),
+            cell_sd=j.number(j.get(doc, "cell_sd", what), "forecast cell_sd"),
+            kl=j.opt_number(doc, "kl", what),
         )
 
 
@@ -227,9 +195,9 @@ class Shortfall:
     """Why a target is out of reach for a mechanism, and what would reach it.
 
     `max_epsilon` is the largest ε the mechanism is planned at (the ledger's maximum, 8192, or
-    for ``posterior`` and ``diffuse`` where more ε stops buying accuracy); `best` the forecast
-    there; `min_n` the smallest public total at which `max_epsilon` meets the target (None when
-    no total up to 2⁵³ does, and for ``exponential``).
+    less where more ε stops buying accuracy); `best` the forecast there; `min_n` the smallest
+    public total at which `max_epsilon` meets the target (None when no total up to 2⁵³ does,
+    or the mechanism cannot tell).
     """
 
     max_epsilon: float
@@ -240,41 +208,55 @@ class Shortfall:
     def from_json(cls, doc: Any) -> Shortfall:
         """Read the service's JSON."""
         what = "shortfall"
-        doc = _object(doc, what)
+        doc = j.obj(doc, what)
         return cls(
-            max_epsilon=_float(_get(doc, "max_epsilon", what), "shortfall max_epsilon"),
-            best=AccuracyForecast.from_json(_get(doc, "best", what)),
-            min_n=_opt_float(doc, "min_n", what),
+            max_epsilon=j.number(j.get(doc, "max_epsilon", what), "shortfall max_epsilon"),
+            best=AccuracyForecast.from_json(j.get(doc, "best", what)),
+            min_n=j.opt_number(doc, "min_n", what),
         )
 
 
-@dataclass(frozen=True)
-class PlanParameters:
-    """The calibrated parameters a release at the planned ε runs with (None where not used).
+Parameter = Union[float, List[float]]
+"""One calibrated parameter: a number, or one number per cell."""
 
-    The Dirichlet family has `r` and `alpha` (one number, or one per cell); ``gaussian`` has
-    `sigma`, ``laplace`` `scale`, and ``exponential`` its Beta `prior` ``[α, β]``.
+
+class PlanParameters(Mapping[str, Parameter]):
+    """The parameters a release at the planned ε runs with, named by the chosen mechanism's draw.
+
+    A read-only mapping from each name to a number or a list of numbers (one per cell):
+    ``parameters["r"]`` and ``parameters["alpha"]`` for the Dirichlet family,
+    ``parameters["sigma"]`` for ``gaussian``, and so on; which names a mechanism's draw has is
+    the service's to say, and a release made with `PlannedItem.release_kwargs` records the same
+    values in its `mechanism`. Equal to a dict with the same items.
     """
 
-    r: Optional[float] = None
-    alpha: Union[float, List[float], None] = None
-    prior: Optional[List[float]] = None
-    sigma: Optional[float] = None
-    scale: Optional[float] = None
+    __slots__ = ("_values",)
+
+    def __init__(self, values: Optional[Mapping[str, Parameter]] = None) -> None:
+        self._values: Dict[str, Parameter] = dict(values or {})
 
     @classmethod
     def from_json(cls, doc: Any) -> PlanParameters:
-        """Read the service's JSON."""
-        what = "parameters"
-        doc = _object(doc, what)
-        prior = doc.get("prior")
+        """Read the service's JSON: each member a finite number or a list of them."""
+        doc = j.obj(doc, "parameters")
         return cls(
-            r=_opt_float(doc, "r", what),
-            alpha=_values(doc.get("alpha"), "parameters alpha"),
-            prior=None if prior is None else _numbers(prior, "parameters prior"),
-            sigma=_opt_float(doc, "sigma", what),
-            scale=_opt_float(doc, "scale", what),
+            {
+                str(name): j.number_or_numbers(value, f"parameters {name}")
+                for name, value in doc.items()
+            }
         )
+
+    def __getitem__(self, name: str) -> Parameter:
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"PlanParameters({self._values!r})"
 
 
 @dataclass(frozen=True)
@@ -300,33 +282,16 @@ class PlanCandidate:
     def from_json(cls, doc: Any) -> PlanCandidate:
         """Read the service's JSON."""
         what = "plan candidate"
-        doc = _object(doc, what)
+        doc = j.obj(doc, what)
         forecast, shortfall, reason = doc.get("forecast"), doc.get("shortfall"), doc.get("reason")
         return cls(
-            mechanism=_str(_get(doc, "mechanism", what), "candidate mechanism"),
-            status=_status(_get(doc, "status", what), CANDIDATE_STATUSES, "candidate status"),
-            estimated_cost=_opt_float(doc, "estimated_cost", what),
+            mechanism=j.string(j.get(doc, "mechanism", what), "candidate mechanism"),
+            status=j.one_of(j.get(doc, "status", what), CANDIDATE_STATUSES, "candidate status"),
+            estimated_cost=j.opt_number(doc, "estimated_cost", what),
             forecast=None if forecast is None else AccuracyForecast.from_json(forecast),
             shortfall=None if shortfall is None else Shortfall.from_json(shortfall),
-            reason=None if reason is None else _str(reason, "candidate reason"),
+            reason=None if reason is None else j.string(reason, "candidate reason"),
         )
-
-
-# The members of a planned item that the chosen mechanism's release request takes besides its
-# mechanism and ε (the planner's own rules: a number `prior` is dirichlet's, a pair is
-# exponential's; `r` is posterior's or explicit's; `alpha` diffuse's or explicit's).
-def _own_fields(mechanism: str, sent: Mapping[str, Any]) -> Dict[str, Any]:
-    prior = sent.get("prior")
-    own: Dict[str, Any] = {}
-    if mechanism == "dirichlet" and isinstance(prior, (int, float)):
-        own["prior"] = prior
-    if mechanism == "exponential" and isinstance(prior, list):
-        own["prior"] = prior
-    if mechanism in ("posterior", "explicit") and sent.get("r") is not None:
-        own["r"] = sent["r"]
-    if mechanism in ("diffuse", "explicit") and sent.get("alpha") is not None:
-        own["alpha"] = sent["alpha"]
-    return own
 
 
 @dataclass(frozen=True)
@@ -334,14 +299,15 @@ class PlannedItem:
     """The plan for one item, in the order the items were sent.
 
     A ``"planned"`` item has the `mechanism` chosen, the `epsilon` to release at (a ledger-grid
-    value; None for ``explicit``, which runs with its own `r` and `alpha`), the `cost` the
+    value; None for a mechanism whose own fields fix it, such as ``explicit``), the `cost` the
     release will be charged at the dataset's order, the calibrated `parameters` and the
     worst-case `forecast`. An ``"unreachable"`` item has, when some mechanism came close, that
     `mechanism` and its `shortfall` (what it can do, and the total that would reach the
     target). `candidates` lists every mechanism considered, in the planner's tie-break order.
 
-    `sent` is the item as the request carried it (its JSON form), which `release_kwargs` reads
-    the mechanism's own fields from.
+    `sent` is the item as the request carried it (its JSON form), and `mechanism_info` the
+    chosen mechanism as the service lists it (None when the plan was read without the listing):
+    `release_kwargs` reads both.
     """
 
     status: str
@@ -353,18 +319,35 @@ class PlannedItem:
     forecast: Optional[AccuracyForecast] = None
     shortfall: Optional[Shortfall] = None
     sent: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    mechanism_info: Optional[MechanismInfo] = field(default=None, repr=False, compare=False)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, doc: Any, *, sent: Optional[Mapping[str, Any]] = None) -> PlannedItem:
-        """Read the service's JSON; `sent` is the request's item it answers."""
+    def from_json(
+        cls,
+        doc: Any,
+        *,
+        sent: Optional[Mapping[str, Any]] = None,
+        mechanisms: Optional[Mechanisms] = None,
+    ) -> PlannedItem:
+        """Read the service's JSON; `sent` is the request's item it answers.
+
+        `mechanisms` is the service's listing (`Client.mechanisms`), which `release_kwargs`
+        needs; `Client.plan` passes it.
+        """
         what = "planned item"
-        doc = _object(doc, what)
-        status = _status(_get(doc, "status", what), ITEM_STATUSES, "planned item status")
-        candidates = _get(doc, "candidates", what)
+        doc = j.obj(doc, what)
+        status = j.one_of(j.get(doc, "status", what), ITEM_STATUSES, "planned item status")
+        candidates = j.get(doc, "candidates", what)
         if not isinstance(candidates, list):
             raise BadResponse("planned item candidates: expected a list")
         mechanism = doc.get("mechanism")
+        mechanism = None if mechanism is None else j.string(mechanism, "planned item mechanism")
+        info = None
+        if mechanisms is not None and mechanism is not None:
+            info = mechanisms.get(mechanism)
+            if info is None:
+                raise BadResponse("planned item mechanism: one the service does not list")
         parameters, forecast, shortfall = (
             doc.get("parameters"),
             doc.get("forecast"),
@@ -373,13 +356,14 @@ class PlannedItem:
         item = cls(
             status=status,
             candidates=[PlanCandidate.from_json(c) for c in candidates],
-            mechanism=None if mechanism is None else _str(mechanism, "planned item mechanism"),
-            epsilon=_opt_float(doc, "epsilon", what),
-            cost=_opt_float(doc, "cost", what),
+            mechanism=mechanism,
+            epsilon=j.opt_number(doc, "epsilon", what),
+            cost=j.opt_number(doc, "cost", what),
             parameters=None if parameters is None else PlanParameters.from_json(parameters),
             forecast=None if forecast is None else AccuracyForecast.from_json(forecast),
             shortfall=None if shortfall is None else Shortfall.from_json(shortfall),
             sent=dict(sent or {}),
+            mechanism_info=info,
             raw=dict(doc),
         )
         if status == "planned":
@@ -387,7 +371,9 @@ class PlannedItem:
             for name in ("mechanism", "cost", "parameters", "forecast"):
                 if getattr(item, name) is None:
                     raise BadResponse(f"a planned item without `{name}`")
-            if item.epsilon is None and item.mechanism != "explicit":
+            # An ε, unless the mechanism runs with the parameters the item gave.
+            given = info is None or sent is None or info.runs_given(item.sent)
+            if item.epsilon is None and not given:
                 raise BadResponse("a planned item without `epsilon`")
         return item
 
@@ -400,15 +386,17 @@ class PlannedItem:
         """The arguments that release exactly what was planned, at exactly its `cost`.
 
         ``client.release(dataset_id, counts, **item.release_kwargs())`` sends the chosen
-        `mechanism`, the planned `epsilon` (none for ``explicit``) and the mechanism's own
-        fields the item was planned with (``dirichlet``'s number `prior`, ``exponential``'s
-        ``[α, β]``, ``posterior``'s `r`, ``diffuse``'s `alpha`, ``explicit``'s `r` and
-        `alpha`), so the service calibrates it as the plan did. The counts must be of the
-        planned shape; the forecast holds when their total is the planned `n` (or at least
-        `n_lower_bound`).
+        `mechanism`, the planned `epsilon` (none when the mechanism runs with the parameters
+        given) and the mechanism's own fields, so the service calibrates it as the plan did.
+        Which fields are the mechanism's comes from the service's listing
+        (`mechanism_info.fields`): those the item was planned with, then any the planner chose
+        and reports in `parameters` (a field that fixes the noise excepted when the release is
+        calibrated to ε: it is drawn from ε again). The counts must be of the planned shape;
+        the forecast holds when their total is the planned `n` (or at least `n_lower_bound`).
 
         Raises:
-            ValueError: the item is unreachable (nothing to release at; see `shortfall`).
+            ValueError: the item is unreachable (nothing to release at; see `shortfall`), or it
+                was read without the service's listing of mechanisms.
 
         """
         if not self.planned or self.mechanism is None:
@@ -416,10 +404,22 @@ class PlannedItem:
                 "this item is unreachable: no mechanism meets its target (see `shortfall` "
                 "for the best it can do and the total that would reach it)"
             )
+        info = self.mechanism_info
+        if info is None:
+            raise ValueError(
+                "this plan was read without the service's list of mechanisms, so which fields "
+                f"{self.mechanism} takes is unknown: plan through Client.plan, or pass "
+                "mechanisms=client.mechanisms() to Plan.from_json"
+            )
         kwargs: Dict[str, Any] = {"mechanism": self.mechanism}
         if self.epsilon is not None:
             kwargs["epsilon"] = self.epsilon
-        kwargs.update(_own_fields(self.mechanism, self.sent))
+        own = info.own_fields(self.sent)
+        chosen = info.own_fields(self.parameters or {})
+        if self.epsilon is not None and info.noise_field is not None:
+            chosen.pop(info.noise_field, None)
+        kwargs.update({name: value for name, value in chosen.items() if name not in own})
+        kwargs.update(own)
         return kwargs
 
 
@@ -443,27 +443,35 @@ class Plan:
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, doc: Any, *, sent: Optional[Sequence[Mapping[str, Any]]] = None) -> Plan:
-        """Read the service's JSON; `sent` are the request's items, in order."""
+    def from_json(
+        cls,
+        doc: Any,
+        *,
+        sent: Optional[Sequence[Mapping[str, Any]]] = None,
+        mechanisms: Optional[Mechanisms] = None,
+    ) -> Plan:
+        """Read the service's JSON; `sent` are the request's items, in order.
+
+        `mechanisms` is the service's listing, which each item's `release_kwargs` needs.
+        """
         what = "plan"
-        doc = _object(doc, what)
-        items = _get(doc, "items", what)
+        doc = j.obj(doc, what)
+        items = j.get(doc, "items", what)
         if not isinstance(items, list):
             raise BadResponse("plan items: expected a list")
         if sent is not None and len(sent) != len(items):
             raise BadResponse(f"a plan of {len(items)} items for {len(sent)} sent")
-        fits = _get(doc, "fits", what)
-        if not isinstance(fits, bool):
-            raise BadResponse("plan fits: expected true or false")
         return cls(
-            order=_float(_get(doc, "order", what), "plan order"),
+            order=j.number(j.get(doc, "order", what), "plan order"),
             items=[
-                PlannedItem.from_json(item, sent=None if sent is None else sent[i])
+                PlannedItem.from_json(
+                    item, sent=None if sent is None else sent[i], mechanisms=mechanisms
+                )
                 for i, item in enumerate(items)
             ],
-            total_cost=_float(_get(doc, "total_cost", what), "plan total_cost"),
-            remaining=_float(_get(doc, "remaining", what), "plan remaining"),
-            fits=fits,
-            unreachable=_int(_get(doc, "unreachable", what), "plan unreachable"),
+            total_cost=j.number(j.get(doc, "total_cost", what), "plan total_cost"),
+            remaining=j.number(j.get(doc, "remaining", what), "plan remaining"),
+            fits=j.boolean(j.get(doc, "fits", what), "plan fits"),
+            unreachable=j.integer(j.get(doc, "unreachable", what), "plan unreachable"),
             raw=dict(doc),
         )

@@ -94,3 +94,20 @@ export async function allReleases(datasetId, cap = 20000) {
   items.sort((a, b) => a.seq - b.seq);
   return { items, complete: before === null };
 }
+
+let listing = null;
+
+/**
+ * The mechanisms the service runs, with their fields and what each supports
+ * (`GET /v1/mechanisms`), read once per page load: the forms are built from it, never from a
+ * copy kept here. A failed read is not kept, so the next page tries again.
+ */
+export function mechanisms() {
+  if (!listing) {
+    listing = call('GET', '/v1/mechanisms').then((answer) => answer.mechanisms, (error) => {
+      listing = null;
+      throw error;
+    });
+  }
+  return listing;
+}

@@ -5,7 +5,7 @@
 //   #/new-dataset        register a dataset (admin)
 //   #/new-token          create an analyst token (admin)
 
-import { call, allReleases, session, saveSession, clearSession, Problem } from './api.js';
+import { call, allReleases, mechanisms, session, saveSession, clearSession, Problem } from './api.js';
 import { h, num, percent, when, clear, id } from './dom.js';
 import { budgetBar, spendChart, barChart, heatMap } from './charts.js';
 
@@ -180,14 +180,21 @@ function outputChart(release, names) {
   return barChart(shown, names?.cells ?? null, `${title}: a distribution over ${values.length} cells${shown.length < values.length ? ` (first ${shown.length} drawn)` : ''}`);
 }
 
-/** A preview's utility forecast for a distribution (null for the baselines). */
+/** A preview forecast's members this console words; any other number is shown by its name. */
+const FORECAST_MEMBERS = new Set(['l2_bound', 'l2_bound_confidence', 'max_cell_variance', 'kl_tail', 'hellinger_bound', 'hellinger_bound_confidence']);
+
+/** A preview's utility forecast for a distribution (null for mechanisms without one). */
 function forecastItems(f) {
   if (!f) return [h('dt', {}, 'Forecast'), h('dd', {}, 'none for this mechanism')];
-  return [
-    h('dt', {}, 'Forecast ℓ2 error'), h('dd', {}, `≤ ${num(f.l2_bound)} with probability ${num(f.l2_bound_confidence)}`),
-    h('dt', {}, 'Per-cell variance'), h('dd', {}, `≤ ${num(f.max_cell_variance)}`),
-    f.kl_tail ? [h('dt', {}, 'KL tail'), h('dd', {}, `Pr[KL > ${num(f.kl_tail.eta)}] ≤ ${num(f.kl_tail.probability)}`)] : null,
-  ];
+  const lines = [];
+  if (typeof f.l2_bound === 'number') lines.push(['Forecast ℓ2 error', `≤ ${num(f.l2_bound)} with probability ${num(f.l2_bound_confidence)}`]);
+  if (typeof f.max_cell_variance === 'number') lines.push(['Per-cell variance', `≤ ${num(f.max_cell_variance)}`]);
+  if (f.kl_tail) lines.push(['KL tail', `Pr[KL > ${num(f.kl_tail.eta)}] ≤ ${num(f.kl_tail.probability)}`]);
+  if (typeof f.hellinger_bound === 'number') lines.push(['Forecast Hellinger distance', `≤ ${num(f.hellinger_bound)} with probability ${num(f.hellinger_bound_confidence)}`]);
+  for (const [key, value] of Object.entries(f)) {
+    if (!FORECAST_MEMBERS.has(key) && typeof value === 'number') lines.push([key.replaceAll('_', ' '), num(value)]);
+  }
+  return lines.map(([term, text]) => [h('dt', {}, term), h('dd', {}, text)]);
 }
 
 /** A table preview's `forecasts`, one line per row (each row is drawn on its own). */
@@ -388,37 +395,147 @@ function namesWarning(cells, parsed) {
   return '';
 }
 
-const MECHANISMS = {
-  dirichlet: { label: 'Dirichlet (calibrated r, prior α)', extra: ['prior', 'Prior α per cell (optional, default 1)'] },
-  posterior: { label: 'Posterior sampling (r fixed, prior solved)', extra: ['r', 'r (optional, default 1)'] },
-  diffuse: { label: 'Diffuse (α fixed, r solved)', extra: ['alpha', 'α per cell (required)'] },
-  gaussian: { label: 'Gaussian baseline', extra: null },
-  laplace: { label: 'Laplace baseline', extra: null },
-};
+// ------------------------------------------------------------------ mechanisms, as the service lists them
 
-function releaseForm(dataset, onReleased) {
+// Everything the forms know about a mechanism comes from `GET /v1/mechanisms` (api.js
+// `mechanisms()`): its fields, how it reads ε, whether it takes an order or a table, the plan
+// targets it answers. Nothing here names a mechanism.
+
+/** What a plan target bounds: its control's words, and whether a confidence goes with it. */
+const TARGET_KINDS = {
+  l2: { option: 'ℓ2 error', bound: 'ℓ2 error ≤', confidence: true },
+  cell_sd: { option: 'per-cell sd', bound: 'Cell sd ≤', confidence: false },
+  kl: { option: 'KL', bound: 'KL divergence ≤', confidence: true },
+};
+const targetKind = (kind) => TARGET_KINDS[kind] ?? { option: kind.replaceAll('_', ' '), bound: `${kind.replaceAll('_', ' ')} ≤`, confidence: false };
+
+/** Whether, with these field values, a mechanism runs with its parameters as given (ε a cap). */
+function runsGiven(mechanism, values) {
+  return mechanism.epsilon === 'cap'
+    || (mechanism.epsilon === 'target_or_cap' && values[mechanism.noise_field] !== undefined);
+}
+
+/** The ε control's label, from how the mechanism reads ε. */
+function epsilonLabel(mechanism) {
+  switch (mechanism.epsilon) {
+    case 'target': return 'ε (privacy cost to calibrate to)';
+    case 'target_or_cap': return `ε (privacy cost to calibrate to; a cap when ${mechanism.noise_field} is given)`;
+    case 'cap': return 'ε cap (optional: its fields fix the cost)';
+    case 'pure': return 'ε (pure ε-DP, required)';
+    default: return 'ε';
+  }
+}
+
+/** A field's default as its placeholder says it. */
+function defaultText(value) {
+  return Array.isArray(value) ? value.map((v) => num(v)).join(', ') : num(value);
+}
+
+/**
+ * The control of one of a mechanism's fields, as the listing describes it: a number, or (for
+ * `number_or_numbers`) a text of one number or several separated by commas; its default as the
+ * placeholder, its description as the hint. `value()` reads it (undefined when empty) and
+ * throws a Problem naming the field (never quoting what was typed) when it is not numbers.
+ */
+function mechanismField(spec, kept) {
+  const many = spec.type !== 'number';
+  const placeholder = spec.default !== undefined && spec.default !== null ? `default ${defaultText(spec.default)}` : (spec.required ? 'required' : 'optional');
+  const control = many
+    ? h('input', { type: 'text', inputmode: 'decimal', autocomplete: 'off', spellcheck: 'false', placeholder })
+    : numberInput({ placeholder });
+  control.required = spec.required;
+  control.dataset.field = spec.name;
+  if (kept !== undefined) control.value = kept;
+  const hint = many ? `${spec.description} A number, or several separated by commas.` : spec.description;
+  const element = field(spec.required ? `${spec.name} (required)` : spec.name, control, hint);
+  element.classList.add('mechanism-field');
+  return {
+    name: spec.name,
+    control,
+    element,
+    value() {
+      const text = control.value.trim();
+      if (text === '') return undefined;
+      const parts = many ? text.split(/[\s,;]+/).filter(Boolean) : [text];
+      const values = parts.map(Number);
+      const bad = values.findIndex((v) => !Number.isFinite(v));
+      if (bad >= 0) {
+        throw new Problem(0, { title: 'Not a number', detail: `${spec.name}: value ${bad + 1} is not a number.`, field: spec.name });
+      }
+      return many && values.length > 1 ? values : values[0];
+    },
+  };
+}
+
+/**
+ * A mechanism's fields as controls in `slot`, rebuilt when the mechanism changes; what was typed
+ * in a field is kept per mechanism, so switching back restores it.
+ */
+function mechanismFields(slot) {
+  const typed = new Map();
+  let shown = [];
+  let owner = null;
+  return {
+    show(mechanism) {
+      for (const f of shown) typed.set(`${owner}.${f.name}`, f.control.value);
+      owner = mechanism?.name ?? null;
+      shown = (mechanism?.fields ?? []).map((spec) => mechanismField(spec, typed.get(`${owner}.${spec.name}`)));
+      clear(slot).append(...shown.map((f) => f.element));
+      slot.hidden = !shown.length;
+      return shown;
+    },
+    /** The fields given, by name (a Problem when one is not numbers). */
+    values() {
+      const values = {};
+      for (const f of shown) {
+        const value = f.value();
+        if (value !== undefined) values[f.name] = value;
+      }
+      return values;
+    },
+    control(name) {
+      return shown.find((f) => f.name === name)?.control ?? null;
+    },
+    controls() {
+      return shown.map((f) => f.control);
+    },
+  };
+}
+
+/** A mechanism's summary, in the service's words, folded away under its name. */
+function mechanismAbout(mechanism) {
+  return h('details', { class: 'mechanism-about' },
+    h('summary', {}, `About ${mechanism.name}`),
+    h('p', {}, mechanism.summary));
+}
+
+/** The options of a mechanism select: every listed mechanism (`markDefault`: the default marked). */
+function mechanismOptions(listing, markDefault = false) {
+  return listing.map((m) => h('option', { value: m.name }, markDefault && m.default ? `${m.name} (default)` : m.name));
+}
+
+function releaseForm(dataset, listing, onReleased) {
+  const byName = new Map(listing.map((m) => [m.name, m]));
   const counts = h('textarea', { rows: 4, spellcheck: 'false', autocomplete: 'off' });
   const shape = h('p', { class: 'hint shape', 'aria-live': 'polite' });
   const warning = h('p', { class: 'hint warning names-warning', 'aria-live': 'polite' });
   const label = h('input', { type: 'text', maxlength: 200, autocomplete: 'off', spellcheck: 'false' });
-  const mechanism = h('select', {}, Object.entries(MECHANISMS).map(([k, m]) => h('option', { value: k }, m.label)));
-  const epsilon = numberInput({ min: 0, required: true });
-  const extra = numberInput({ min: 0 });
-  const extraLabel = h('label', {});
-  const extraField = h('div', { class: 'field' }, extraLabel, extra);
+  const mechanism = h('select', {}, mechanismOptions(listing, true));
+  mechanism.value = (listing.find((m) => m.default) ?? listing[0]).name;
+  const epsilon = numberInput({ min: 0 });
+  const epsilonField = field('ε', epsilon);
+  const order = numberInput({ min: 1, placeholder: `λ = ${num(dataset.budget.order)}` });
+  const orderField = field('Calibration order (optional)', order, `The Rényi order to calibrate at (the dataset's order λ = ${num(dataset.budget.order)} when empty). The cost is charged at the dataset's order either way.`);
+  const fieldsSlot = h('div', { class: 'field-row mechanism-fields' });
+  const fields = mechanismFields(fieldsSlot);
+  const about = h('div', { class: 'mechanism-about-slot' });
   const previewButton = h('button', { type: 'submit' }, 'Preview');
   const releaseButton = h('button', { type: 'button', class: 'release', disabled: true }, 'Release');
   const result = h('div', { class: 'preview-result', 'aria-live': 'polite' });
   let previewed = null; // { body, key, names } of the last successful preview
+  let parsed = null; // the counts as they parse now (null while they do not)
 
-  const syncExtra = () => {
-    const spec = MECHANISMS[mechanism.value].extra;
-    extraField.hidden = !spec;
-    extra.id = extra.id || id('extra');
-    extraLabel.setAttribute('for', extra.id);
-    extraLabel.textContent = spec ? spec[1] : '';
-    extra.required = mechanism.value === 'diffuse';
-  };
+  const selected = () => byName.get(mechanism.value);
   const invalidate = () => {
     if (previewed) {
       previewed = null;
@@ -427,33 +544,66 @@ function releaseForm(dataset, onReleased) {
       clear(result).append(h('p', { class: 'muted' }, 'The request changed; preview it again before releasing.'));
     }
   };
-  mechanism.addEventListener('change', () => { syncExtra(); invalidate(); });
-  for (const control of [counts, epsilon, extra, label]) control.addEventListener('input', invalidate);
+  /** What the pasted counts are, and whether the mechanism takes them. */
+  const describe = () => {
+    const m = selected();
+    shape.textContent = describeCounts(parsed);
+    if (parsed?.table && !m.tables) shape.textContent += ` ${m.name} releases one vector, not a table.`;
+    warning.textContent = namesWarning(dataset.cells, parsed);
+  };
+  const syncMechanism = () => {
+    const m = selected();
+    epsilonField.querySelector('label').textContent = epsilonLabel(m);
+    epsilon.required = m.epsilon === 'target' || m.epsilon === 'pure';
+    orderField.hidden = !m.order;
+    for (const f of fields.show(m)) f.control.addEventListener('input', invalidate);
+    clear(about).append(mechanismAbout(m));
+    describe();
+  };
+  mechanism.addEventListener('change', () => { syncMechanism(); invalidate(); });
+  for (const control of [counts, epsilon, order, label]) control.addEventListener('input', invalidate);
   counts.addEventListener('input', () => {
-    let parsed = null;
     try {
       parsed = parseCounts(counts.value);
     } catch {
       parsed = null;
     }
-    shape.textContent = describeCounts(parsed);
-    warning.textContent = namesWarning(dataset.cells, parsed);
+    describe();
   });
-  syncExtra();
+  syncMechanism();
 
   const requestBody = () => {
-    const parsed = parseCounts(counts.value);
-    const eps = Number(epsilon.value);
-    if (!epsilon.value || !(eps > 0)) throw new Problem(0, { title: 'ε is required', detail: 'Give the privacy cost ε to calibrate to (a number above 0).' });
-    const body = parsed.table
-      ? { table: parsed.table, epsilon: eps, mechanism: mechanism.value }
-      : { counts: parsed.counts, epsilon: eps, mechanism: mechanism.value };
+    const m = selected();
+    const counted = parseCounts(counts.value);
+    if (counted.table && !m.tables) {
+      throw new Problem(0, { title: 'One vector only', detail: `${m.name} releases one vector: paste one line of counts, or choose a mechanism that releases tables.` });
+    }
+    const values = fields.values();
+    const eps = epsilon.value.trim() === '' ? undefined : Number(epsilon.value);
+    if (!runsGiven(m, values) && !(eps > 0)) {
+      throw new Problem(0, { title: 'ε is required', detail: `Give the privacy cost ε ${m.epsilon === 'pure' ? 'of the selection' : 'to calibrate to'} (a number above 0).` });
+    }
+    const body = counted.table
+      ? { table: counted.table, mechanism: m.name }
+      : { counts: counted.counts, mechanism: m.name };
+    if (eps !== undefined) body.epsilon = eps;
+    if (m.order && order.value.trim() !== '') body.order = Number(order.value);
+    Object.assign(body, values);
     // Row names are public names the user typed next to the rows: the service stores them.
-    if (parsed.table && parsed.rowNames) body.row_names = parsed.rowNames;
-    const spec = MECHANISMS[mechanism.value].extra;
-    if (spec && extra.value !== '') body[spec[0]] = Number(extra.value);
+    if (counted.table && counted.rowNames) body.row_names = counted.rowNames;
     if (label.value.trim()) body.label = label.value.trim();
-    return { body, names: { cells: parsed.labels, rows: parsed.rowNames ?? null } };
+    return { body, names: { cells: counted.labels, rows: counted.rowNames ?? null } };
+  };
+
+  /** Marks the control of the field a problem names (the service's `field`), and focuses it. */
+  const markField = (error) => {
+    for (const control of [epsilon, order, ...fields.controls()]) control.removeAttribute('aria-invalid');
+    const name = error?.body?.field;
+    const control = name === 'epsilon' ? epsilon : name === 'order' ? order : fields.control(name);
+    if (control) {
+      control.setAttribute('aria-invalid', 'true');
+      control.focus();
+    }
   };
 
   const cellsHint = dataset.cells
@@ -465,8 +615,10 @@ function releaseForm(dataset, onReleased) {
     warning,
     h('div', { class: 'field-row' },
       field('Mechanism', mechanism),
-      field('ε (privacy cost to calibrate to)', epsilon),
-      extraField),
+      epsilonField,
+      orderField),
+    about,
+    fieldsSlot,
     field('Label (optional)', label, 'Free text, up to 200 characters, to find this release again: it is stored with the release and shown in the list below.'),
     h('div', { class: 'actions' }, previewButton, releaseButton),
     result);
@@ -476,11 +628,13 @@ function releaseForm(dataset, onReleased) {
     clear(result);
     previewed = null;
     releaseButton.disabled = true;
+    markField(null);
     let request;
     try {
       request = requestBody();
     } catch (error) {
       result.append(problemBox(error));
+      markField(error);
       return;
     }
     busy(previewButton, true);
@@ -525,6 +679,7 @@ function releaseForm(dataset, onReleased) {
       announce(fits ? 'Preview ready; the release fits.' : `Preview ready; the release does not fit ${why}.`);
     } catch (error) {
       result.append(problemBox(error));
+      markField(error);
     } finally {
       busy(previewButton, false);
     }
@@ -780,27 +935,35 @@ function allocationsPanel(dataset) {
 
 // ------------------------------------------------------------------ planning
 
-/** What a plan item's `mechanism` may be, besides "auto" (openapi.yaml, PlanItem). */
-const PLAN_MECHANISMS = ['dirichlet', 'posterior', 'diffuse', 'explicit', 'gaussian', 'laplace', 'exponential'];
-/** The mechanisms' own fields a plan item takes here (one number each), by mechanism. */
-const PLAN_EXTRAS = { dirichlet: ['prior'], posterior: ['r'], diffuse: ['alpha'], explicit: ['r', 'alpha'] };
-const EXTRA_LABELS = { prior: 'Prior a₀', r: 'r', alpha: 'α (every cell)' };
-const GOALS = { epsilon: 'ε', l2: 'ℓ2 error', cell_sd: 'per-cell sd' };
-
 /** A number input's value, or undefined when empty (JSON.stringify then leaves the key out). */
 const numberOf = (input) => (input.value.trim() === '' ? undefined : Number(input.value));
 
+/**
+ * What an item can be planned by with this mechanism (null: "auto"): ε, each target the
+ * mechanism answers (for "auto", any mechanism it weighs), and, for a mechanism whose fields can
+ * fix it, those fields alone (no ε, no target: its cost and forecast).
+ */
+function planGoals(listing, mechanism) {
+  const weighed = mechanism ? [mechanism] : listing.filter((m) => m.auto);
+  const targets = [...new Set(weighed.flatMap((m) => m.targets))];
+  const goals = [['epsilon', 'ε'], ...targets.map((t) => [t, targetKind(t).option])];
+  if (mechanism && (mechanism.epsilon === 'cap' || mechanism.epsilon === 'target_or_cap')) {
+    goals.push(['given', mechanism.epsilon === 'cap' ? 'its fields' : `given ${mechanism.noise_field}`]);
+  }
+  return goals;
+}
+
 /** One planned release in the form: its controls, its request item, and its invalid mark. */
-function planItem(dataset, onRemove) {
+function planItem(dataset, listing, onRemove) {
+  const byName = new Map(listing.map((m) => [m.name, m]));
   const d = numberInput({ min: 2, step: 1, value: dataset.cells ? String(dataset.cells.length) : '' });
   const n = numberInput({ min: 0 });
   const lower = h('input', { type: 'checkbox', id: id('lower') });
   const rows = numberInput({ min: 1, step: 1, placeholder: 'optional' });
-  const mechanism = h('select', {}, h('option', { value: 'auto' }, 'auto'),
-    PLAN_MECHANISMS.map((k) => h('option', { value: k }, k)));
-  const extras = { prior: numberInput({ min: 0, placeholder: 'optional' }), r: numberInput({ min: 0 }), alpha: numberInput({ min: 0 }) };
-  const extraFields = Object.fromEntries(Object.entries(extras).map(([k, input]) => [k, field(EXTRA_LABELS[k], input)]));
-  const goal = h('select', {}, Object.entries(GOALS).map(([k, label]) => h('option', { value: k }, label)));
+  const mechanism = h('select', {}, h('option', { value: 'auto' }, 'auto'), mechanismOptions(listing));
+  const fieldsSlot = h('div', { class: 'field-row mechanism-fields' });
+  const fields = mechanismFields(fieldsSlot);
+  const goal = h('select', {});
   const value = numberInput({ min: 0 });
   const valueField = field('ε', value);
   const confidence = numberInput({ min: 0.5, max: 0.999999, value: '0.95' });
@@ -810,21 +973,32 @@ function planItem(dataset, onRemove) {
   const element = h('fieldset', { class: 'plan-item' }, legend,
     h('div', { class: 'field-row' },
       field('d (cells)', d), field('n (public total)', n), field('Rows (a table)', rows),
-      field('Mechanism', mechanism), Object.values(extraFields),
-      field('Plan by', goal), valueField, confidenceField),
+      field('Mechanism', mechanism), field('Plan by', goal), valueField, confidenceField),
+    fieldsSlot,
     h('div', { class: 'actions' }, h('div', { class: 'check' }, lower, h('label', { for: lower.id }, 'n is a public lower bound of the total')), remove));
-  const sync = () => {
-    for (const [k, f] of Object.entries(extraFields)) f.hidden = !(PLAN_EXTRAS[mechanism.value] ?? []).includes(k);
-    valueField.querySelector('label').textContent = goal.value === 'epsilon' ? `ε (at λ = ${num(dataset.budget.order)})` : goal.value === 'l2' ? 'ℓ2 error ≤' : 'Cell sd ≤';
-    confidenceField.hidden = goal.value !== 'l2';
+  const syncGoal = () => {
+    const kind = goal.value;
+    valueField.hidden = kind === 'given';
+    valueField.querySelector('label').textContent = kind === 'epsilon' ? `ε (at λ = ${num(dataset.budget.order)})` : targetKind(kind).bound;
+    confidenceField.hidden = kind === 'epsilon' || kind === 'given' || !targetKind(kind).confidence;
   };
-  mechanism.addEventListener('change', sync);
-  goal.addEventListener('change', sync);
+  const syncMechanism = () => {
+    const m = byName.get(mechanism.value) ?? null;
+    // "auto" weighs every mechanism with its own defaults: no fields of one mechanism here.
+    fields.show(m);
+    const kept = goal.value;
+    const goals = planGoals(listing, m);
+    clear(goal).append(...goals.map(([k, text]) => h('option', { value: k }, text)));
+    goal.value = goals.some(([k]) => k === kept) ? kept : 'epsilon';
+    syncGoal();
+  };
+  mechanism.addEventListener('change', syncMechanism);
+  goal.addEventListener('change', syncGoal);
   remove.addEventListener('click', () => onRemove(item));
-  sync();
+  syncMechanism();
   const controls = {
-    d, n, n_lower_bound: n, rows, mechanism, epsilon: value, target: value, 'target.l2': value,
-    'target.cell_sd': value, 'target.confidence': confidence, ...extras,
+    d, n, n_lower_bound: n, rows, mechanism, epsilon: value, target: value,
+    'target.confidence': confidence,
   };
   const item = {
     element,
@@ -833,18 +1007,24 @@ function planItem(dataset, onRemove) {
       remove.setAttribute('aria-label', `Remove item ${i + 1}`);
       remove.disabled = count === 1;
     },
+    /** The request's item (a Problem naming the field when a mechanism field is not numbers). */
     body() {
       const body = { d: numberOf(d), rows: numberOf(rows), mechanism: mechanism.value };
       body[lower.checked ? 'n_lower_bound' : 'n'] = numberOf(n);
-      for (const k of PLAN_EXTRAS[mechanism.value] ?? []) body[k] = numberOf(extras[k]);
+      Object.assign(body, fields.values());
       if (goal.value === 'epsilon') body.epsilon = numberOf(value);
-      else body.target = goal.value === 'l2' ? { l2: numberOf(value), confidence: numberOf(confidence) } : { cell_sd: numberOf(value) };
+      else if (goal.value !== 'given') {
+        body.target = { [goal.value]: numberOf(value) };
+        if (targetKind(goal.value).confidence) body.target.confidence = numberOf(confidence);
+      }
       return body;
     },
     /** Marks the control of `field` (an item's field, e.g. `target.l2`) invalid; null clears. */
     mark(fieldName) {
       for (const control of element.querySelectorAll('[aria-invalid]')) control.removeAttribute('aria-invalid');
-      const control = controls[fieldName] ?? (fieldName ? controls[fieldName.split('.')[0]] : null);
+      if (!fieldName) return null;
+      const control = controls[fieldName] ?? (fieldName.startsWith('target.') ? value : null)
+        ?? fields.control(fieldName) ?? controls[fieldName.split('.')[0]];
       if (control) control.setAttribute('aria-invalid', 'true');
       return control;
     },
@@ -852,7 +1032,10 @@ function planItem(dataset, onRemove) {
   return item;
 }
 
-const forecastText = (f) => (f ? `ℓ2 ≤ ${num(f.l2)} (p ${num(f.confidence)}), cell sd ≤ ${num(f.cell_sd)}` : '—');
+/** A plan forecast in one line: ℓ2 at its confidence, the per-cell sd, and KL when bounded. */
+const forecastText = (f) => (f
+  ? `ℓ2 ≤ ${num(f.l2)} (p ${num(f.confidence)}), cell sd ≤ ${num(f.cell_sd)}${typeof f.kl === 'number' ? `, KL ≤ ${num(f.kl)}` : ''}`
+  : '—');
 
 /** Why an item is out of reach and what would reach it (or why no mechanism applies). */
 function unreachableText(item) {
@@ -873,7 +1056,8 @@ function planAnswer(answer, sent) {
       h('th', { scope: 'row' }, String(i + 1)),
       h('td', {}, `${s.rows ? `${s.rows} rows × ` : ''}${s.d} cells, n ${s.n_lower_bound !== undefined ? '≥' : '='} ${num(s.n ?? s.n_lower_bound)}`),
       h('td', { class: 'mechanism' }, it.mechanism ?? '—', planned ? null : h('span', { class: 'muted' }, ' (closest)')),
-      h('td', { class: 'num epsilon', 'data-value': it.epsilon }, planned ? num(it.epsilon) : '—'),
+      // A planned item without ε runs with the fields it gave (they fix its cost): none to ask for.
+      h('td', { class: 'num epsilon', 'data-value': it.epsilon }, planned ? (typeof it.epsilon === 'number' ? num(it.epsilon) : 'none') : '—'),
       h('td', { class: 'num cost', 'data-value': it.cost }, planned ? num(it.cost) : '—'),
       h('td', { class: 'params' }, planned ? mechanismParameters(it.parameters) : ''),
       h('td', { class: 'forecast' }, planned ? forecastText(it.forecast) : unreachableText(it)));
@@ -900,13 +1084,13 @@ function planAnswer(answer, sent) {
  * The dataset page's "Plan" section: planned releases (shape, a public total, a mechanism or
  * auto, ε or an accuracy target) sent to POST /plan; the answer per item and for the list.
  */
-function planPanel(dataset) {
+function planPanel(dataset, listing) {
   const list = h('div', { class: 'plan-items' });
   const result = h('div', { class: 'plan-result', 'aria-live': 'polite' });
   const items = [];
   const renumber = () => items.forEach((it, i) => it.number(i, items.length));
   const add = () => {
-    const item = planItem(dataset, (gone) => {
+    const item = planItem(dataset, listing, (gone) => {
       items.splice(items.indexOf(gone), 1);
       gone.element.remove();
       renumber();
@@ -929,7 +1113,17 @@ function planPanel(dataset) {
     event.preventDefault();
     clear(result);
     for (const it of items) it.mark(null);
-    const sent = items.map((it) => it.body());
+    const sent = [];
+    for (const it of items) {
+      try {
+        sent.push(it.body());
+      } catch (error) {
+        // A mechanism field that is not numbers: said, and marked, before anything is sent.
+        result.append(problemBox(error));
+        it.mark(error.body?.field)?.focus();
+        return;
+      }
+    }
     busy(planButton, true);
     try {
       const answer = await call('POST', `/v1/datasets/${encodeURIComponent(dataset.id)}/plan`, { body: { items: sent } });
@@ -964,7 +1158,10 @@ function cellNames(cells) {
 }
 
 async function renderDataset(datasetId) {
-  const dataset = await call('GET', `/v1/datasets/${encodeURIComponent(datasetId)}`);
+  const [dataset, listing] = await Promise.all([
+    call('GET', `/v1/datasets/${encodeURIComponent(datasetId)}`),
+    mechanisms(),
+  ]);
   const budgetSlot = h('div', { class: 'budget-slot' });
   const chartSlot = h('div');
   const tableSlot = h('div');
@@ -973,7 +1170,7 @@ async function renderDataset(datasetId) {
   let page = 0;
 
   const allocations = allocationsPanel(dataset);
-  const plan = planPanel(dataset);
+  const plan = planPanel(dataset, listing);
   // Cell names are fixed at registration: a listing page's `cells` are the dataset's.
   let pageCells = dataset.cells ?? null;
 
@@ -1031,7 +1228,7 @@ async function renderDataset(datasetId) {
     return list;
   };
 
-  const form = releaseForm(dataset, async (release, names) => {
+  const form = releaseForm(dataset, listing, async (release, names) => {
     page = 0;
     cursors.length = 1;
     await Promise.all([loadLedger(), loadPage(), allocations.reload()]);
