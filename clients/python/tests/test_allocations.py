@@ -1,4 +1,4 @@
-"""Allocations (issue 22 item 1) through the client, on SQLite and on PostgreSQL."""
+"""Allocations through the client, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 

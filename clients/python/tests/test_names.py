@@ -1,4 +1,4 @@
-"""Named cells and rows (issue 22 item 3) through the client, on SQLite and on PostgreSQL.
+"""Named cells and rows through the client, on SQLite and on PostgreSQL.
 
 A pandas input is aligned to the dataset's cells by name before it is sent; a mismatch is
 refused before anything reaches the service; row names go out only when asked for.

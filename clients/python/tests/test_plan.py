@@ -1,4 +1,4 @@
-"""Planning (issue 22 item 2) through the client, on SQLite and on PostgreSQL."""
+"""Planning through the client, on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 

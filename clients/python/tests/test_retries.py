@@ -16,7 +16,7 @@ COUNTS = [120, 45, 3, 0, 17, 9]
 
 
 def test_a_dropped_release_is_retried_and_charged_once(server: Server, proxy: FaultProxy) -> None:
-    """The issue's test: the proxy forwards the release, then drops the connection unanswered."""
+    """The proxy forwards the release, then drops the connection unanswered."""
     with Client(server.base, server.admin) as direct:
         dataset = direct.create_dataset("retry proxy", epsilon=1.0, order=2).id
     proxy.plan["release"] = ["drop"]

@@ -368,7 +368,13 @@ def test_plan_items_as_sent() -> None:
 # A listing of made-up mechanisms, none of them the service's: what the client does with a plan
 # must follow whatever the service lists, with no table of its own.
 def _field(name: str, **extra: Any) -> Dict[str, Any]:
-    return {"name": name, "type": "number", "required": False, "description": name} | extra
+    return {
+        "name": name,
+        "type": "number",
+        "required": False,
+        "description": name,
+        "plan": True,
+    } | extra
 
 
 def _mechanism(name: str, epsilon: str, fields: Any, **extra: Any) -> Dict[str, Any]:
@@ -447,6 +453,8 @@ def test_the_mechanism_listing_is_read_strictly() -> None:
         broken(lambda d: d["mechanisms"][0]["fields"].append(_field("step"))),
         broken(lambda d: d["mechanisms"][0]["fields"][0].update(default="2")),
         broken(lambda d: d["mechanisms"][0]["fields"][0].pop("required")),
+        broken(lambda d: d["mechanisms"][0]["fields"][0].pop("plan")),
+        broken(lambda d: d["mechanisms"][0]["fields"][0].update(plan=1)),
         broken(lambda d: d["mechanisms"][1].pop("noise_field")),
         broken(lambda d: d["mechanisms"][1].update(noise_field="width")),
         broken(lambda d: d["mechanisms"][0].update(noise_field="step")),

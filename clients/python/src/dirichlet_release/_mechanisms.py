@@ -35,6 +35,8 @@ class MechanismField:
         description: what it means, in the service's words.
         default: what the service uses when it is not given (a number or a list); None when
             its absence means something of its own (such as: calibrated from `epsilon`).
+        plan: whether a plan item (`PlanItem.params`) takes it; a field such as
+            ``lower_bound`` is for releases only, and the planner refuses it.
 
     """
 
@@ -43,6 +45,7 @@ class MechanismField:
     required: bool
     description: str
     default: Union[float, List[float], None] = None
+    plan: bool = True
 
     @classmethod
     def from_json(cls, doc: Any) -> MechanismField:
@@ -58,6 +61,7 @@ class MechanismField:
             required=j.boolean(j.get(doc, "required", what), f"{what} required"),
             description=j.string(j.get(doc, "description", what), f"{what} description"),
             default=None if default is None else j.number_or_numbers(default, f"{what} default"),
+            plan=j.boolean(j.get(doc, "plan", what), f"{what} plan"),
         )
 
 

@@ -469,9 +469,10 @@ function mechanismField(spec, kept) {
 
 /**
  * A mechanism's fields as controls in `slot`, rebuilt when the mechanism changes; what was typed
- * in a field is kept per mechanism, so switching back restores it.
+ * in a field is kept per mechanism, so switching back restores it. For a plan (`planning`), only
+ * the fields the listing says a plan item takes.
  */
-function mechanismFields(slot) {
+function mechanismFields(slot, planning = false) {
   const typed = new Map();
   let shown = [];
   let owner = null;
@@ -479,7 +480,9 @@ function mechanismFields(slot) {
     show(mechanism) {
       for (const f of shown) typed.set(`${owner}.${f.name}`, f.control.value);
       owner = mechanism?.name ?? null;
-      shown = (mechanism?.fields ?? []).map((spec) => mechanismField(spec, typed.get(`${owner}.${spec.name}`)));
+      shown = (mechanism?.fields ?? [])
+        .filter((spec) => !planning || spec.plan)
+        .map((spec) => mechanismField(spec, typed.get(`${owner}.${spec.name}`)));
       clear(slot).append(...shown.map((f) => f.element));
       slot.hidden = !shown.length;
       return shown;
@@ -962,7 +965,7 @@ function planItem(dataset, listing, onRemove) {
   const rows = numberInput({ min: 1, step: 1, placeholder: 'optional' });
   const mechanism = h('select', {}, h('option', { value: 'auto' }, 'auto'), mechanismOptions(listing));
   const fieldsSlot = h('div', { class: 'field-row mechanism-fields' });
-  const fields = mechanismFields(fieldsSlot);
+  const fields = mechanismFields(fieldsSlot, true);
   const goal = h('select', {});
   const value = numberInput({ min: 0 });
   const valueField = field('ε', value);
