@@ -36,6 +36,49 @@ impl Role {
     }
 }
 
+/// The most characters of a token's public id. Issued ids are 16 lowercase hex digits; the limit
+/// leaves room without letting an id be arbitrary text.
+pub const MAX_TOKEN_ID_CHARS: usize = 64;
+
+/// A token's public id (the `<id>` of `dra_<id>_<secret>`) as a client names it: 1 to
+/// [`MAX_TOKEN_ID_CHARS`] ASCII letters and digits. Anything else names no token, so it is
+/// refused where it arrives (a path segment, a bearer token) and never reaches the database as
+/// text: a NUL, for one, is an error in PostgreSQL, not an unknown id.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(try_from = "String")]
+pub struct TokenId(String);
+
+impl TokenId {
+    pub fn parse(id: &str) -> Option<TokenId> {
+        let well_formed = !id.is_empty()
+            && id.len() <= MAX_TOKEN_ID_CHARS
+            && id.bytes().all(|b| b.is_ascii_alphanumeric());
+        well_formed.then(|| TokenId(id.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl TryFrom<String> for TokenId {
+    type Error = &'static str;
+    fn try_from(id: String) -> Result<Self, Self::Error> {
+        // Never quote `id`: problem documents echo nothing that was sent.
+        TokenId::parse(&id).ok_or("expected a token id (ASCII letters and digits)")
+    }
+}
+
+impl std::fmt::Display for TokenId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// A stored token: its public id, SHA-256 of its secret part, role and dataset scope.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenRecord {
@@ -104,6 +147,26 @@ mod tests {
         // base64url has '-' and '_'? URL_SAFE uses '_' — the id is hex, so split_once on the
         // first '_' still finds the id/secret boundary.
         assert!(!id.contains('_'));
+    }
+
+    #[test]
+    fn token_ids_are_ascii_letters_and_digits() {
+        let (id, _, _) = generate_analyst_token();
+        assert_eq!(TokenId::parse(&id).unwrap().as_str(), id);
+        assert!(TokenId::parse(&"a".repeat(MAX_TOKEN_ID_CHARS)).is_some());
+        for bad in [
+            "",
+            "\0",
+            "ab\0cd",
+            "ab cd",
+            "ab_cd",
+            "ab%00",
+            "é",
+            "ab\u{200b}",
+            &"a".repeat(MAX_TOKEN_ID_CHARS + 1),
+        ] {
+            assert_eq!(TokenId::parse(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

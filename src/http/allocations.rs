@@ -9,8 +9,8 @@ use axum::http::StatusCode;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
-use utoipa::openapi::Required;
+use utoipa::openapi::path::{Parameter, ParameterIn};
+
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -22,6 +22,7 @@ use super::extract::{Admin, ApiJson, ApiPath};
 use super::openapi::DatasetId;
 use super::views::{AllocationView, SortedJson};
 use super::AppState;
+use crate::access::TokenId;
 use crate::ledger::charge::MAX_EPSILON;
 use crate::ledger::{AllocationChange, AllocationOutcome, Units};
 
@@ -85,20 +86,15 @@ pub struct AllocationList {
 }
 
 /// The path parameter `token_id`.
-struct TokenId;
+struct TokenIdParam;
 
-impl IntoParams for TokenId {
+impl IntoParams for TokenIdParam {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![ParameterBuilder::new()
-            .name("token_id")
-            .parameter_in(ParameterIn::Path)
-            .required(Required::True)
-            .description(Some(
-                "An analyst token's public id (the `<id>` of `dra_<id>_<secret>`) whose scope \
-                 includes the dataset.",
-            ))
-            .schema(Some(crate::schema::string()))
-            .build()]
+        vec![super::openapi::token_id_param(
+            "token_id",
+            "An analyst token's public id (the `<id>` of `dra_<id>_<secret>`) whose scope \
+             includes the dataset.",
+        )]
     }
 }
 
@@ -133,7 +129,7 @@ fn not_in_scope() -> ApiError {
     path = "/v1/datasets/{id}/allocations/{token_id}",
     operation_id = "setAllocation",
     tag = "allocations",
-    params(DatasetId, TokenId),
+    params(DatasetId, TokenIdParam),
     request_body(content = SetAllocation, content_type = "application/json"),
     responses(
         (status = 200, description = "The allocation as set, with the token's spend.", body = AllocationView),
@@ -152,14 +148,20 @@ fn not_in_scope() -> ApiError {
 async fn set(
     State(state): State<AppState>,
     Admin(caller): Admin,
-    ApiPath((id, token_id)): ApiPath<(Uuid, String)>,
+    ApiPath((id, token_id)): ApiPath<(Uuid, TokenId)>,
     ApiJson(req): ApiJson<SetAllocation>,
 ) -> Result<Json<AllocationView>, ApiError> {
     let dataset = state.dataset_for(&caller, id).await?;
     let total = parse_epsilon(req.epsilon)?;
     let outcome = state
         .store
-        .set_allocation(id, &token_id, Some(total), &caller.name(), Utc::now())
+        .set_allocation(
+            id,
+            token_id.as_str(),
+            Some(total),
+            &caller.name(),
+            Utc::now(),
+        )
         .await?;
     let AllocationOutcome::Changed { old, spent, .. } = outcome else {
         return Err(not_in_scope());
@@ -172,7 +174,7 @@ async fn set(
         "allocation set"
     );
     Ok(Json(AllocationView::from(&crate::ledger::Allocation {
-        token_id,
+        token_id: token_id.into_string(),
         total,
         spent,
     })))
@@ -185,7 +187,7 @@ async fn set(
     path = "/v1/datasets/{id}/allocations/{token_id}",
     operation_id = "removeAllocation",
     tag = "allocations",
-    params(DatasetId, TokenId),
+    params(DatasetId, TokenIdParam),
     responses(
         (status = 204, description = "Removed."),
         (status = 401, response = problems::Unauthorized),
@@ -199,12 +201,12 @@ async fn set(
 async fn remove(
     State(state): State<AppState>,
     Admin(caller): Admin,
-    ApiPath((id, token_id)): ApiPath<(Uuid, String)>,
+    ApiPath((id, token_id)): ApiPath<(Uuid, TokenId)>,
 ) -> Result<StatusCode, ApiError> {
     state.dataset_for(&caller, id).await?;
     match state
         .store
-        .set_allocation(id, &token_id, None, &caller.name(), Utc::now())
+        .set_allocation(id, token_id.as_str(), None, &caller.name(), Utc::now())
         .await?
     {
         AllocationOutcome::Changed { old: Some(old), .. } => {

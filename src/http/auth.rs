@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use super::AppState;
-use crate::access::{sha256, Role, TokenRecord, ANALYST_PREFIX};
+use crate::access::{sha256, Role, TokenId, TokenRecord, ANALYST_PREFIX};
 
 /// Who is calling.
 #[derive(Debug, Clone, PartialEq)]
@@ -101,9 +101,8 @@ impl FromRequestParts<AppState> for Caller {
         let token = bearer(parts).ok_or(ApiError::Unauthorized)?;
         if let Some(rest) = token.strip_prefix(ANALYST_PREFIX) {
             let (id, secret) = rest.split_once('_').ok_or(ApiError::Unauthorized)?;
-            if id.is_empty() || id.len() > 64 {
-                return Err(ApiError::Unauthorized);
-            }
+            let id = TokenId::parse(id).ok_or(ApiError::Unauthorized)?;
+            let id = id.as_str();
             let (record, read_at) = match state.caches.token(id) {
                 Some(record) => (record, None),
                 None => {

@@ -235,10 +235,11 @@ impl IntoParams for AssetName {
         (status = 503, response = problems::ServiceUnavailable),
     )
 )]
-async fn asset(ApiPath(name): ApiPath<String>) -> Result<Response, ApiError> {
-    let (_, media_type, body) = ASSETS
-        .iter()
-        .find(|(file, _, _)| *file == name)
+async fn asset(name: Result<ApiPath<String>, ApiError>) -> Result<Response, ApiError> {
+    // A name that is not even text (a NUL, bytes that are not UTF-8) is no console file either.
+    let (_, media_type, body) = name
+        .ok()
+        .and_then(|ApiPath(name)| ASSETS.iter().find(|(file, _, _)| *file == name))
         .ok_or_else(|| ApiError::not_found("console file"))?;
     Ok(([(header::CONTENT_TYPE, *media_type)], *body).into_response())
 }

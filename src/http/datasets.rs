@@ -24,7 +24,7 @@ use super::openapi::{self, DatasetId};
 use super::views::{AllocationView, BudgetView, DatasetListView, DatasetView, SortedJson};
 use super::AppState;
 use crate::ledger::charge::{MAX_EPSILON, QUANTUM_BITS};
-use crate::ledger::{DpTarget, Names, NewDataset, Units, UnitsError};
+use crate::ledger::{DatasetName, DpTarget, Names, NewDataset, Units, UnitsError};
 use crate::privacy::convert::{default_order, dp_to_rdp_budget};
 use crate::privacy::{Delta, Epsilon, Order, ParamError, Sensitivity};
 use crate::schema::{self, SchemaRef};
@@ -89,14 +89,10 @@ impl TryFrom<String> for Neighbouring {
 
 impl PartialSchema for CreateDataset {
     fn schema() -> RefOr<Schema> {
-        let name = schema::string()
-            .pattern(Some(
-                r"^\s*[^\s\x00-\x1f\x7f-\x9f]([^\x00-\x1f\x7f-\x9f]{0,198}[^\s\x00-\x1f\x7f-\x9f])?\s*$",
-            ))
-            .description(Some(
-                "1 to 200 characters once surrounding whitespace is trimmed (the name stored), \
-                 with no control characters (U+0000–U+001F, U+007F–U+009F) inside it.",
-            ));
+        let name = schema::name().description(Some(format!(
+            "The dataset's name. {} The name stored is the trimmed, normalised one.",
+            schema::NAME_RULE
+        )));
         let neighbouring = schema::string()
             .enum_values(Some(["replace_one", "add_remove_one"]))
             .default(Some(json!("replace_one")));
@@ -117,8 +113,9 @@ impl PartialSchema for CreateDataset {
                         .min_items(Some(2))
                         .unique_items(true)
                         .description(Some(
-                            "Public names of the cells, distinct (at least 2, at most \
-                             `max_dimension`, 1 MiB in all): every release of the dataset must \
+                            "Public names of the cells, distinct once trimmed and normalised \
+                             (at least 2, at most `max_dimension`, 1 MiB in all; each a `Label`, \
+                             stored trimmed and in NFC): every release of the dataset must \
                              then have exactly this many cells, and releases, listings and \
                              previews carry them. Never derive them from the private counts (the \
                              values observed in the data leave out the empty cells).",
@@ -243,19 +240,8 @@ fn parse_cells(cells: Option<Vec<String>>, max_cells: usize) -> Result<Option<Na
 
 /// The parsed registration: everything validated, the budget resolved to the ledger grid.
 fn parse(req: CreateDataset, created_by: String, max_cells: usize) -> Result<NewDataset, ApiError> {
-    let name = req.name.trim().to_string();
-    if name.is_empty() || name.chars().count() > 200 {
-        return Err(ApiError::invalid_field(
-            "name",
-            "name must have 1 to 200 characters",
-        ));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(ApiError::invalid_field(
-            "name",
-            "name must not contain control characters",
-        ));
-    }
+    let name = DatasetName::new(&req.name)
+        .map_err(|e| ApiError::invalid_field("name", format!("name {e}")))?;
     let (sensitivity, neighbouring) = match (req.sensitivity, req.neighbouring) {
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid(

@@ -508,9 +508,10 @@ pub mod problems {
             "The request cannot be carried out: `invalid-request` (a value is missing, out of \
              range, of the wrong type, unknown, or does not belong to the mechanism; `alpha` of \
              another length than `counts`; both or neither of `counts` and `table`, a ragged or \
-             empty table, a table on a custom sensitivity, a label that is empty, too long or has \
-             control characters; an `Idempotency-Key` sent twice or not 1 to 255 visible ASCII \
-             characters), `idempotency-key-reused` (the key was used for a different request, or \
+             empty table, a table on a custom sensitivity, a label or row name that is blank, too \
+             long or holds control or format characters, row names that repeat once normalised; \
+             an `Idempotency-Key` sent twice or not 1 to 255 visible ASCII characters), \
+             `idempotency-key-reused` (the key was used for a different request, or \
              by another token), `calibration-infeasible` (no parameters reach the target), \
              `no-guarantee` (the mechanism's RDP cost at the ledger order is infinite), \
              `cost-exceeds-epsilon` (a fully specified mechanism costs more than the `epsilon` \

@@ -1,8 +1,8 @@
 //! Extractors whose rejections are [`ApiError`]s, so axum's own failures speak problem+json.
 
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::rejection::{BytesRejection, PathRejection, RawPathParamsRejection};
+use axum::extract::{FromRequest, FromRequestParts, RawPathParams, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
@@ -231,7 +231,10 @@ impl FromRequestParts<AppState> for Admin {
     }
 }
 
-/// Path parameters; a malformed id is simply a resource that does not exist.
+/// Path parameters; a malformed id is simply a resource that does not exist. Ids are parsed into
+/// their domain types (`Uuid`, [`crate::access::TokenId`]) by `T`; before that, a segment that is
+/// not UTF-8 once percent-decoded, or holds a control character (`%00` among them), is refused
+/// here whatever `T` is, so that no such text reaches a handler, a log line or the database.
 pub struct ApiPath<T>(pub T);
 
 impl<T, S> FromRequestParts<S> for ApiPath<T>
@@ -242,14 +245,21 @@ where
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        // The rejections' texts quote the path and the parser's complaint: say neither.
+        let no_such = || ApiError::NotFound("no such resource".into());
+        let raw = RawPathParams::from_request_parts(parts, state)
+            .await
+            .map_err(|_: RawPathParamsRejection| no_such())?;
+        if raw
+            .iter()
+            .any(|(_, value)| value.chars().any(char::is_control))
+        {
+            return Err(no_such());
+        }
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| ApiPath(p.0))
-            .map_err(|e: PathRejection| {
-                // The rejection's text quotes the path and the parser's complaint: say neither.
-                let _ = e;
-                ApiError::NotFound("no such resource".into())
-            })
+            .map_err(|_: PathRejection| no_such())
     }
 }
 

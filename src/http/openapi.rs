@@ -270,6 +270,29 @@ impl IntoParams for DatasetId {
     }
 }
 
+/// A path parameter naming an analyst token by its public id; what is not an id (see
+/// [`crate::access::TokenId`]) is 404, like an unknown one.
+pub fn token_id_param(name: &str, description: &str) -> Parameter {
+    ParameterBuilder::new()
+        .name(name)
+        .parameter_in(ParameterIn::Path)
+        .required(Required::True)
+        .description(Some(format!(
+            "{description} A malformed id (anything but 1 to {} ASCII letters and digits) is 404, \
+             like an unknown one.",
+            crate::access::MAX_TOKEN_ID_CHARS
+        )))
+        .schema(Some(
+            schema::string()
+                .pattern(Some(format!(
+                    "^[0-9A-Za-z]{{1,{}}}$",
+                    crate::access::MAX_TOKEN_ID_CHARS
+                )))
+                .max_length(Some(crate::access::MAX_TOKEN_ID_CHARS)),
+        ))
+        .build()
+}
+
 /// The `Idempotency-Key` header of `createRelease`.
 pub struct IdempotencyKey;
 

@@ -7,8 +7,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
-use utoipa::openapi::{RefOr, Required};
+use utoipa::openapi::path::{Parameter, ParameterIn};
+use utoipa::openapi::RefOr;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -19,7 +19,7 @@ use super::extract::{Admin, ApiJson, ApiPath};
 use super::openapi;
 use super::views::SortedJson;
 use super::AppState;
-use crate::access::{generate_analyst_token, Role, TokenRecord};
+use crate::access::{generate_analyst_token, Role, TokenId, TokenRecord};
 use crate::schema::{self, SchemaRef};
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -249,19 +249,14 @@ async fn list(
 }
 
 /// The path parameter `id` of a token.
-struct TokenId;
+struct TokenIdParam;
 
-impl IntoParams for TokenId {
+impl IntoParams for TokenIdParam {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![ParameterBuilder::new()
-            .name("id")
-            .parameter_in(ParameterIn::Path)
-            .required(Required::True)
-            .description(Some(
-                "The token's public id (the `<id>` of `dra_<id>_<secret>`).",
-            ))
-            .schema(Some(schema::string()))
-            .build()]
+        vec![openapi::token_id_param(
+            "id",
+            "The token's public id (the `<id>` of `dra_<id>_<secret>`).",
+        )]
     }
 }
 
@@ -275,7 +270,7 @@ impl IntoParams for TokenId {
     path = "/v1/tokens/{id}",
     operation_id = "revokeToken",
     tag = "tokens",
-    params(TokenId),
+    params(TokenIdParam),
     responses(
         (status = 204, description = "Revoked."),
         (status = 401, response = problems::Unauthorized),
@@ -289,18 +284,14 @@ impl IntoParams for TokenId {
 async fn revoke(
     State(state): State<AppState>,
     _admin: Admin,
-    ApiPath(id): ApiPath<String>,
+    ApiPath(id): ApiPath<TokenId>,
 ) -> Result<StatusCode, ApiError> {
-    // Token ids are 16 hex digits; anything else cannot name a token.
-    if id.is_empty() || id.len() > 64 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Err(ApiError::not_found("token"));
-    }
-    if !state.store.revoke_token(&id, Utc::now()).await? {
+    if !state.store.revoke_token(id.as_str(), Utc::now()).await? {
         return Err(ApiError::not_found("token"));
     }
     // Recorded in the database, which every replica reads at least once per `cache::TOKEN_TTL`;
     // this replica also forgets the token at once.
-    state.caches.forget_token(&id);
+    state.caches.forget_token(id.as_str());
     tracing::info!(token = %id, "analyst token revoked");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -8,6 +8,7 @@
 
 pub mod audit;
 pub mod charge;
+pub mod names;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -15,6 +16,9 @@ use serde::Serialize;
 use uuid::Uuid;
 
 pub use charge::{charge_for, Units, UnitsError};
+pub use names::{
+    DatasetName, Label, NameError, Names, NamesError, MAX_LABEL_CHARS, MAX_NAME_CHARS,
+};
 
 use crate::access::TokenRecord;
 
@@ -111,7 +115,7 @@ impl BudgetState {
 #[derive(Debug, Clone)]
 pub struct NewDataset {
     pub id: Uuid,
-    pub name: String,
+    pub name: DatasetName,
     pub order: Order,
     pub total: Units,
     pub dp_target: Option<DpTarget>,
@@ -198,98 +202,6 @@ impl Table {
 
     pub fn iter_rows(&self) -> std::slice::ChunksExact<'_, f64> {
         self.values.chunks_exact(self.cells)
-    }
-}
-
-/// A client's free-text name for a release (e.g. "NB feature 7 | by class"), so that the
-/// tables of a model can be found again: 1 to 200 characters, no control characters (it is
-/// echoed in listings and must not break a log line or a terminal).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Label(String);
-
-pub const MAX_LABEL_CHARS: usize = 200;
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum LabelError {
-    #[error("label must have 1 to {MAX_LABEL_CHARS} characters")]
-    Length,
-    #[error("label must not contain control characters")]
-    Control,
-}
-
-impl Label {
-    pub fn new(text: String) -> Result<Label, LabelError> {
-        let chars = text.chars().count();
-        if chars == 0 || chars > MAX_LABEL_CHARS {
-            return Err(LabelError::Length);
-        }
-        if text.chars().any(char::is_control) {
-            return Err(LabelError::Control);
-        }
-        Ok(Label(text))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// Public names of cells (a dataset's `cells`) or of a table's rows (a release's `row_names`):
-/// at least one, each 1 to 200 characters without control characters (like a [`Label`]), all
-/// different (a name must pick out one cell). Names are public metadata the caller chose; they
-/// are stored and echoed, so they must never be derived from the private counts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Names(Vec<String>);
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NamesError {
-    #[error("must name at least one")]
-    Empty,
-    #[error("has {got} names, more than the maximum of {max}")]
-    TooMany { got: usize, max: usize },
-    #[error("name {index}: {source}")]
-    Name { index: usize, source: LabelError },
-    #[error("names {first} and {second} are the same")]
-    Duplicate { first: usize, second: usize },
-}
-
-impl Names {
-    pub fn new(names: Vec<String>, max: usize) -> Result<Names, NamesError> {
-        if names.is_empty() {
-            return Err(NamesError::Empty);
-        }
-        if names.len() > max {
-            return Err(NamesError::TooMany {
-                got: names.len(),
-                max,
-            });
-        }
-        let mut seen = std::collections::HashMap::with_capacity(names.len());
-        for (index, name) in names.iter().enumerate() {
-            // The same rules as a label: echoed in listings and the console.
-            if let Err(source) = Label::new(name.clone()) {
-                return Err(NamesError::Name { index, source });
-            }
-            if let Some(first) = seen.insert(name.as_str(), index) {
-                return Err(NamesError::Duplicate {
-                    first,
-                    second: index,
-                });
-            }
-        }
-        Ok(Names(names))
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn as_slice(&self) -> &[String] {
-        &self.0
     }
 }
 
@@ -609,21 +521,5 @@ mod tests {
         assert_eq!(Table::from_flat(vec![1.0; 6], 4), None);
         assert_eq!(Table::from_flat(vec![1.0; 6], 0), None);
         assert_eq!(Table::from_flat(vec![], 1), None);
-    }
-
-    #[test]
-    fn labels_are_checked() {
-        assert_eq!(
-            Label::new("NB feature 7 | by class".into())
-                .unwrap()
-                .as_str(),
-            "NB feature 7 | by class"
-        );
-        assert!(Label::new("é".repeat(200)).is_ok());
-        assert_eq!(Label::new("é".repeat(201)), Err(LabelError::Length));
-        assert_eq!(Label::new(String::new()), Err(LabelError::Length));
-        for bad in ["a\nb", "tab\there", "\u{7f}", "\u{85}"] {
-            assert_eq!(Label::new(bad.into()), Err(LabelError::Control), "{bad:?}");
-        }
     }
 }

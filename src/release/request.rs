@@ -273,7 +273,7 @@ impl Request {
             .clone()
             .map(Label::new)
             .transpose()
-            .map_err(|e| RequestError::param("label", e))?;
+            .map_err(|e| RequestError::new("label", format!("label {e}")))?;
         let row_names = parse_row_names(body, &input)?;
         let targeting = Targeting {
             epsilon: body

@@ -301,11 +301,7 @@ impl<Id: Into<Uuid>> TryFrom<ReleaseSummaryColumns<Id>> for ReleaseSummary {
             created_at: c.created_at,
             created_by: c.created_by,
             cost: units(c.cost_units, "cost_units")?,
-            label: c
-                .label
-                .map(Label::new)
-                .transpose()
-                .map_err(|_| corrupt("releases.label is not a valid label"))?,
+            label: label(c.label)?,
         })
     }
 }
@@ -349,11 +345,7 @@ impl<Id: Into<Uuid>> ReleaseColumns<Id> {
                 .map(Output::Table)
                 .ok_or_else(|| corrupt("releases.table_rows does not divide `dimension`"))?,
         };
-        let label = self
-            .label
-            .map(Label::new)
-            .transpose()
-            .map_err(|_| corrupt("releases.label is not a valid label"))?;
+        let label = label(self.label)?;
         let row_names = names(self.row_names, "releases.row_names")?;
         let mechanism = serde_json::from_str(&self.mechanism)
             .map_err(|_| corrupt("releases.mechanism is not valid JSON"))?;
@@ -379,12 +371,20 @@ impl<Id: Into<Uuid>> ReleaseColumns<Id> {
     }
 }
 
-/// Names stored as JSON text (an array of strings), checked again as they are read.
+/// A stored label, read as stored (see [`Label::stored`]).
+fn label(text: Option<String>) -> Result<Option<Label>, StoreError> {
+    text.map(|text| {
+        Label::stored(text).ok_or_else(|| corrupt("releases.label is not a valid label"))
+    })
+    .transpose()
+}
+
+/// Names stored as JSON text (an array of strings), read as stored (see [`Names::stored`]).
 pub(crate) fn names(json: Option<String>, column: &str) -> Result<Option<Names>, StoreError> {
     json.map(|text| {
         serde_json::from_str::<Vec<String>>(&text)
             .ok()
-            .and_then(|list| Names::new(list, usize::MAX).ok())
+            .and_then(Names::stored)
             .ok_or_else(|| corrupt(&format!("{column} is not a list of valid, distinct names")))
     })
     .transpose()

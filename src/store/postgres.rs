@@ -411,7 +411,7 @@ impl LedgerStore for PgStore {
         );
         sqlx::query_as::<_, DatasetColumns>(&sql)
             .bind(new.id)
-            .bind(&new.name)
+            .bind(new.name.as_str())
             .bind(new.order.get())
             .bind(new.total.raw())
             .bind(new.dp_target.map(|t| t.epsilon))

@@ -481,7 +481,7 @@ impl LedgerStore for SqliteStore {
         );
         sqlx::query_as::<_, DatasetColumns<Hyphenated>>(&sql)
             .bind(new.id.hyphenated())
-            .bind(&new.name)
+            .bind(new.name.as_str())
             .bind(new.order.get())
             .bind(new.total.raw())
             .bind(new.dp_target.map(|t| t.epsilon))

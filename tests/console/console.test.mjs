@@ -286,6 +286,14 @@ try {
   assert.match(await problem.locator('.problem-title').textContent(), /Cell names repeat/);
   assert.match(await problem.locator('.problem-detail').textContent(), /“influenza” is given twice/);
   assert.equal(registrations.length, sentRegistrations, 'a repeated name is caught before sending');
+  // Alike once normalised (NFC), as the service compares them: "é" precomposed and decomposed.
+  await page.getByLabel('Cell names (optional)').fill('caf\u00e9, cafe\u0301');
+  assert.match(await page.locator('.hint.shape').textContent(), /Cell names repeat/);
+  await page.getByLabel('Cell names (optional)').fill('influenza, influenza\u200b');
+  assert.match(await page.locator('.hint.shape').textContent(), /Invisible characters in a cell name/);
+  await page.getByRole('button', { name: 'Register' }).click();
+  await page.locator('.problem-title', { hasText: 'Invisible characters' }).waitFor();
+  assert.equal(registrations.length, sentRegistrations, 'an invisible character is caught before sending');
   await page.getByLabel('Cell names (optional)').fill(`influenza, ${'x'.repeat(201)}`);
   await page.getByRole('button', { name: 'Register' }).click();
   problem = page.locator('.problem[data-status="422"]');

@@ -1582,6 +1582,163 @@ async fn invalid_tables_and_labels_are_refused(backend: Backend) {
     assert_eq!(response.status(), StatusCode::CREATED);
 }
 
+/// Names that look alike are one name, and names hiding invisible text are refused: dataset
+/// names, cell names, labels and row names are trimmed and stored in NFC, compared after that,
+/// and refused (422 at their field, quoting nothing) with format characters, separators, or
+/// nothing but whitespace. Before the fix `"flu"` and `"flu\u200b"`, NFC and NFD, a BOM prefix,
+/// U+2028, whitespace-only names and U+202E were all accepted as they were sent.
+async fn names_are_normalised_and_invisible_characters_refused(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let marker = "31415926";
+    let budget = json!({"order": 2, "epsilon": 4.0});
+    let refused = [
+        (format!("{marker}\u{200b}"), "format"),
+        (format!("\u{feff}{marker}"), "format"),
+        (format!("{marker}\u{ad}"), "format"),
+        (format!("\u{202e}{marker}"), "format"),
+        (format!("{marker}\u{2066}x\u{2069}"), "format"),
+        (format!("{marker}\u{2028}x"), "separators"),
+        (" \t\u{3000}\u{a0} ".to_string(), "1 to 200"),
+        (format!("{marker}\u{1}"), "control"),
+    ];
+    let assert_refused = |problem: &Value, field: &str, why: &str| {
+        assert_eq!(problem["field"], field, "{problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(why), "{why}: {problem}");
+        assert!(!problem.to_string().contains(marker), "quoted: {problem}");
+    };
+    for (name, why) in &refused {
+        let problem = assert_problem(
+            app.post(
+                "/v1/datasets",
+                ADMIN_TOKEN,
+                &json!({"name": name, "budget": budget}),
+            )
+            .await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
+        assert_refused(&problem, "name", why);
+        let problem = assert_problem(
+            app.post(
+                "/v1/datasets",
+                ADMIN_TOKEN,
+                &json!({"name": "cells", "budget": budget, "cells": ["flu", name]}),
+            )
+            .await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
+        assert_refused(&problem, "cells", why);
+    }
+    // Alike once trimmed and normalised: one name, said twice.
+    for cells in [
+        json!(["caf\u{e9}", "cafe\u{301}"]),
+        json!(["flu", " flu\t"]),
+        json!(["\u{212b}", "\u{c5}"]),
+    ] {
+        let problem = assert_problem(
+            app.post(
+                "/v1/datasets",
+                ADMIN_TOKEN,
+                &json!({"name": "alike", "budget": budget, "cells": cells}),
+            )
+            .await,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
+        assert_refused(&problem, "cells", "the same");
+    }
+    let listed = app.get_json("/v1/datasets", ADMIN_TOKEN).await;
+    assert_eq!(listed["items"], json!([]), "no dataset was registered");
+
+    // Accepted names are stored trimmed and in NFC, and come back so.
+    let response = app
+        .post(
+            "/v1/datasets",
+            ADMIN_TOKEN,
+            &json!({"name": "  Cafe\u{301} visits\n", "budget": budget,
+                    "cells": [" flu", "ro\u{308}teln", "other "]}),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let dataset: Value = response.json().await.unwrap();
+    assert_eq!(dataset["name"], "Café visits");
+    assert_eq!(dataset["cells"], json!(["flu", "röteln", "other"]));
+    let id = dataset["id"].as_str().unwrap();
+    let read = app
+        .get_json(&format!("/v1/datasets/{id}"), ADMIN_TOKEN)
+        .await;
+    assert_eq!(read["name"], "Café visits");
+    assert_eq!(read["cells"], dataset["cells"]);
+
+    // Labels and row names, on releases and previews.
+    let releases = format!("/v1/datasets/{id}/releases");
+    let table = json!([[5, 3, 1], [1, 1, 2]]);
+    for (text, why) in &refused {
+        for (body, field) in [
+            (
+                json!({"counts": [5, 3, 1], "epsilon": 0.1, "label": text}),
+                "label",
+            ),
+            (
+                json!({"table": table, "epsilon": 0.1, "row_names": ["a", text]}),
+                "row_names",
+            ),
+        ] {
+            for path in [releases.clone(), format!("{releases}/preview")] {
+                let problem = assert_problem(
+                    app.post(&path, ADMIN_TOKEN, &body).await,
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid-request",
+                )
+                .await;
+                assert_refused(&problem, field, why);
+            }
+        }
+    }
+    let problem = assert_problem(
+        app.post(
+            &releases,
+            ADMIN_TOKEN,
+            &json!({"table": table, "epsilon": 0.1, "row_names": ["caf\u{e9}", "cafe\u{301}"]}),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
+    assert_refused(&problem, "row_names", "the same");
+    assert_eq!(app.budget(id).await["releases"], 0, "nothing was charged");
+
+    // A keyed release with a decomposed, padded label: stored normalised, and its retry (the
+    // same bytes) is the same request, answered by a replay.
+    let body = json!({"table": table, "epsilon": 0.1, "label": " Cafe\u{301} | by age ",
+                      "row_names": ["0\u{2013}17 ", "18+"]});
+    let first = app
+        .post_with_key(&releases, ADMIN_TOKEN, "nfd", &body)
+        .await;
+    assert_eq!(first.status(), StatusCode::CREATED);
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["label"], "Café | by age");
+    assert_eq!(first["row_names"], json!(["0\u{2013}17", "18+"]));
+    let retry = app
+        .post_with_key(&releases, ADMIN_TOKEN, "nfd", &body)
+        .await;
+    assert_eq!(retry.status(), StatusCode::CREATED);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    let retry: Value = retry.json().await.unwrap();
+    assert_eq!(retry["id"], first["id"]);
+    assert_eq!(retry["label"], "Café | by age");
+    let listed: Value = app.get(&releases, ADMIN_TOKEN).await.json().await.unwrap();
+    assert_eq!(listed["items"][0]["label"], "Café | by age");
+    assert_eq!(listed["items"][0]["row_names"], first["row_names"]);
+    assert_eq!(app.budget(id).await["releases"], 1);
+}
+
 /// `fields=summary` lists who spent what when, without outputs or mechanism records, paged
 /// like the full listing (by count: a summary's size does not depend on the release's).
 async fn a_summary_listing_omits_outputs_and_mechanisms(backend: Backend) {
@@ -2054,6 +2211,7 @@ on_both_backends!(
     baselines_are_discrete_priced_and_projected,
     tables_are_released_for_the_price_of_one_vector,
     invalid_tables_and_labels_are_refused,
+    names_are_normalised_and_invisible_characters_refused,
     a_summary_listing_omits_outputs_and_mechanisms,
     empty_groups_are_released_like_any_other,
     unrepresentable_exponential_parameters_are_refused,

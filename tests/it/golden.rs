@@ -169,6 +169,13 @@ fn cases() -> Vec<(f64, &'static str, &'static str)> {
             r#"{"table": [[4, 1], [5, 2]], "epsilon": 0.5, "mechanism": "diffuse", "alpha": 1, "lower_bound": 1}"#,
         ),
         (3.0, "custom", r#"{"counts": [10, 20, 30], "epsilon": 2}"#),
+        // A label stored trimmed and in NFC, fingerprinted as sent: a retry of the same bytes
+        // matches, whatever the stored form.
+        (
+            2.0,
+            "replace_one",
+            r#"{"counts": [120, 45, 3], "epsilon": 0.4, "label": " Cafe\u0301 | by age\t"}"#,
+        ),
     ]
 }
 

@@ -9,6 +9,7 @@ use crate::common::app::{
     assert_problem, fresh_database, spawn_app, spawn_app_with, Backend, ADMIN_TOKEN,
 };
 use crate::common::server::{contains_bytes, pg_dump, sqlite_bytes, Replica};
+use reqwest::header::HeaderValue;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -572,27 +573,149 @@ async fn bodies_are_objects_and_problems_quote_nothing(backend: Backend) {
     assert!(detail.contains("5e-324"), "{detail}");
 }
 
-/// Item 12. Before the fix the first of two `Idempotency-Key` headers won silently (201).
-async fn two_idempotency_keys_are_refused(backend: Backend) {
+/// Odd bytes in a path id name no resource: 404 `not-found`, never a 500, on every route that
+/// takes an id. Before the fix `PUT`/`DELETE …/allocations/%00` reached PostgreSQL as text
+/// ("invalid byte sequence for encoding UTF8", 500; SQLite: 404). A bearer token's id, which
+/// reaches the database too, is refused before it does (an `Idempotency-Key`: see
+/// `idempotency_keys_sent_twice_or_not_ascii_are_refused`).
+async fn odd_bytes_in_path_ids_name_no_resource(backend: Backend) {
     let app = spawn_app(backend).await;
     let id = app.create_dataset(2.0, 4.0).await;
+    let token = app.analyst_token(&[&id]).await;
+    let token_id = token.split('_').nth(1).unwrap().to_string();
+    let allocation = format!("/v1/datasets/{id}/allocations/{token_id}");
+    // NUL, bytes that are not UTF-8 (an overlong NUL among them), C0 and C1 controls, DEL, and
+    // the format characters a name refuses (zero-width space, BOM, right-to-left override).
+    let odd = [
+        "%00",
+        "ab%00cd",
+        "%FF",
+        "%C0%80",
+        "%0A",
+        "%C2%85",
+        "%7F",
+        "%E2%80%8B",
+        "%EF%BB%BF",
+        "%E2%80%AE",
+    ];
+    let epsilon = json!({"epsilon": 1});
+    for segment in odd {
+        let mut calls = vec![
+            ("PUT", format!("/v1/datasets/{id}/allocations/{segment}")),
+            ("DELETE", format!("/v1/datasets/{id}/allocations/{segment}")),
+            ("PUT", format!("{allocation}{segment}")),
+            ("DELETE", format!("{allocation}{segment}")),
+            ("DELETE", format!("/v1/tokens/{segment}")),
+            ("DELETE", format!("/v1/tokens/{token_id}{segment}")),
+            ("GET", format!("/v1/datasets/{id}/releases/{segment}")),
+            ("GET", format!("/console/{segment}")),
+        ];
+        for tail in [
+            "",
+            "/budget",
+            "/audit",
+            "/allocations",
+            "/releases",
+            "/releases/preview",
+            "/plan",
+        ] {
+            let method = if tail == "/releases/preview" || tail == "/plan" {
+                "POST"
+            } else {
+                "GET"
+            };
+            calls.push((method, format!("/v1/datasets/{segment}{tail}")));
+            calls.push((method, format!("/v1/datasets/{id}{segment}{tail}")));
+        }
+        calls.push(("POST", format!("/v1/datasets/{segment}/releases")));
+        for (method, path) in calls {
+            let request = app
+                .client
+                .request(method.parse().unwrap(), app.url(&path))
+                .bearer_auth(ADMIN_TOKEN);
+            let request = if method == "GET" || method == "DELETE" {
+                request
+            } else {
+                request.json(&epsilon)
+            };
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "{method} {path}");
+            assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
+        }
+    }
+    // Nothing was set or revoked, and the well-formed id still works.
+    let listed = app
+        .get_json(&format!("/v1/datasets/{id}/allocations"), ADMIN_TOKEN)
+        .await;
+    assert_eq!(listed["allocations"], json!([]), "{listed}");
+    assert_eq!(listed["changes"], json!([]), "{listed}");
     let response = app
         .client
-        .post(app.url(&format!("/v1/datasets/{id}/releases")))
+        .put(app.url(&allocation))
         .bearer_auth(ADMIN_TOKEN)
-        .header("Idempotency-Key", "first")
-        .header("Idempotency-Key", "second")
-        .json(&json!({"counts": [1, 2, 3], "epsilon": 0.5}))
+        .json(&epsilon)
         .send()
         .await
         .unwrap();
-    let problem = assert_problem(
-        response,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid-request",
-    )
-    .await;
-    assert_eq!(problem["field"], "Idempotency-Key");
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        app.get(&format!("/v1/datasets/{id}/budget"), &token)
+            .await
+            .status(),
+        StatusCode::OK,
+        "the token was not revoked"
+    );
+
+    // A bearer token's id that is not ASCII letters and digits is refused (401) before any
+    // lookup; a NUL cannot be sent in a header at all.
+    for bearer in [
+        &b"Bearer dra_ab\xffcd_secret"[..],
+        b"Bearer dra_ab%00cd_secret",
+        b"Bearer dra_ab cd_secret",
+        b"Bearer dra_ab\tcd_secret",
+    ] {
+        let response = app
+            .client
+            .get(app.url(&format!("/v1/datasets/{id}")))
+            .header("authorization", HeaderValue::from_bytes(bearer).unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_problem(response, StatusCode::UNAUTHORIZED, "unauthorized").await;
+    }
+}
+
+/// Item 12. Before the fix the first of two `Idempotency-Key` headers won silently (201). A key
+/// with bytes outside visible ASCII is refused too, before it could reach the database as text.
+async fn idempotency_keys_sent_twice_or_not_ascii_are_refused(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let id = app.create_dataset(2.0, 4.0).await;
+    let twice = [
+        HeaderValue::from_static("first"),
+        HeaderValue::from_static("second"),
+    ];
+    let not_ascii = [HeaderValue::from_bytes(b"key\xff").unwrap()];
+    for keys in [&twice[..], &not_ascii[..]] {
+        let mut request = app
+            .client
+            .post(app.url(&format!("/v1/datasets/{id}/releases")))
+            .bearer_auth(ADMIN_TOKEN);
+        for key in keys {
+            request = request.header("Idempotency-Key", key.clone());
+        }
+        let response = request
+            .json(&json!({"counts": [1, 2, 3], "epsilon": 0.5}))
+            .send()
+            .await
+            .unwrap();
+        let problem = assert_problem(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
+        assert_eq!(problem["field"], "Idempotency-Key");
+    }
     assert_eq!(app.budget(&id).await["releases"], 0);
 }
 
@@ -803,7 +926,8 @@ async fn a_plan_whose_request_ends_is_cancelled(backend: Backend) {
 
 on_both_backends!(
     bodies_are_objects_and_problems_quote_nothing,
-    two_idempotency_keys_are_refused,
+    odd_bytes_in_path_ids_name_no_resource,
+    idempotency_keys_sent_twice_or_not_ascii_are_refused,
     admin_routes_check_the_role_before_the_body,
     a_declared_oversized_body_is_refused_at_once,
     metrics_are_bounded_and_dataset_series_need_the_admin_token,

@@ -101,7 +101,7 @@ contract_tests! {
 fn new_dataset(name: &str, budget: f64) -> NewDataset {
     NewDataset {
         id: Uuid::now_v7(),
-        name: name.to_owned(),
+        name: DatasetName::new(name).unwrap(),
         order: Order::new(8.0).unwrap(),
         total: Units::floor(budget).unwrap(),
         dp_target: Some(DpTarget {
@@ -2126,6 +2126,30 @@ async fn names_round_trip(f: Fixture) {
     // Row names are covered by the release log: the chain verifies.
     let verdict = verify_log(store, d.id, 10).await;
     assert_eq!((verdict.checked, verdict.failure), (1, None));
+
+    // Names stored under the earlier rule (only controls refused, nothing trimmed or normalised)
+    // are read back as stored, not refused as damage nor rewritten (the log digests them so).
+    let (nfc, nfd) = ("caf\u{e9}", "cafe\u{301}");
+    let legacy_label = " flu\u{200b}";
+    execute_raw(
+        &f,
+        &format!(
+            "UPDATE releases SET label = '{legacy_label}', row_names = '[\"{nfc}\",\"{nfd}\"]' \
+             WHERE id = '{}'; UPDATE datasets SET cells = '[\"{nfd}\",\"\u{202e}x\",\"{nfc}\"]' \
+             WHERE id = '{}'",
+            release.id, d.id
+        ),
+    )
+    .await;
+    let read = store.get_release(d.id, release.id).await.unwrap().unwrap();
+    assert_eq!(read.label.unwrap().as_str(), legacy_label);
+    assert_eq!(read.row_names.unwrap().as_slice(), [nfc, nfd]);
+    let summaries = store.list_release_summaries(d.id, None, 10).await.unwrap();
+    assert_eq!(summaries[0].label.as_ref().unwrap().as_str(), legacy_label);
+    assert_eq!(
+        dataset(store, d.id).await.cells.unwrap().as_slice(),
+        [nfd, "\u{202e}x", nfc]
+    );
 }
 
 // ----- group commit (PostgreSQL) -----

@@ -168,6 +168,16 @@ def test_a_mismatch_keeps_the_names_out_of_the_message(
         prepare_counts(pd.DataFrame([counts.tolist()], columns=labels), CELLS)
 
 
+def test_labels_are_aligned_in_the_form_names_are_stored_in() -> None:
+    # The service stores cell names trimmed and in NFC: labels they were registered from match.
+    cells = ["café", "flu"]
+    series = pd.Series([3, 1], index=[" flu", "cafe\u0301"])
+    member, value, shape = prepare_counts(series, cells)
+    assert (member, value, list(shape.index)) == ("counts", [1, 3], cells)
+    with pytest.raises(ValueError, match="repeats"):
+        prepare_counts(pd.Series([1, 2], index=["caf\u00e9", "cafe\u0301"]), cells)
+
+
 def test_labels_that_cannot_be_aligned() -> None:
     with pytest.raises(ValueError, match="repeats"):
         prepare_counts(pd.Series([1, 2, 3, 4], index=["flu", "flu", "measles", "scurvy"]), CELLS)

@@ -16,7 +16,7 @@ use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 
 use super::{RequestBody, MAX_COUNT};
-use crate::ledger::{Label, Names, MAX_LABEL_CHARS};
+use crate::ledger::{Label, Names};
 use crate::release::mechanisms::{self, Kind};
 use crate::schema::{self, SchemaRef};
 
@@ -146,16 +146,14 @@ fn values() -> Vec<(String, SchemaRef)> {
 
 impl PartialSchema for Label {
     fn schema() -> RefOr<Schema> {
-        schema::string()
-            .min_length(Some(1))
-            .max_length(Some(MAX_LABEL_CHARS))
-            .pattern(Some(r"^[^\x00-\x1f\x7f-\x9f]*$"))
-            .description(Some(
+        schema::name()
+            .description(Some(format!(
                 "Free text naming the release so that a model's tables can be found again (e.g. \
-                 `NB feature 7 | by class`): 1 to 200 characters, no control characters. Stored \
-                 and returned with the release (201, GET by id, listings); part of the request an \
-                 `Idempotency-Key` identifies; never logged.",
-            ))
+                 `NB feature 7 | by class`). {} Stored (trimmed, in NFC) and returned with the \
+                 release (201, GET by id, listings); part of the request an `Idempotency-Key` \
+                 identifies, as sent; never logged.",
+                schema::NAME_RULE
+            )))
             .into()
     }
 }
@@ -165,21 +163,17 @@ impl ToSchema for Label {}
 /// A list of public names: a dataset's `cells`, a table's `row_names`.
 impl PartialSchema for Names {
     fn schema() -> RefOr<Schema> {
-        schema::array(
-            schema::string()
-                .min_length(Some(1))
-                .max_length(Some(MAX_LABEL_CHARS))
-                .pattern(Some(r"^[^\x00-\x1f\x7f-\x9f]*$")),
-        )
-        .min_items(Some(1))
-        .unique_items(true)
-        .description(Some(
-            "Public names, distinct, each 1 to 200 characters without control characters. They \
-             are stored and returned: never derive them from the private counts (a list of the \
-             groups or values observed in the data leaves out the empty ones, and so reveals \
-             them).",
-        ))
-        .into()
+        schema::array(schema::name())
+            .min_items(Some(1))
+            .unique_items(true)
+            .description(Some(format!(
+                "Public names, distinct once trimmed and normalised (`é` precomposed and `e` + \
+                 U+0301 are the same name). Each name: {} They are stored (trimmed, in NFC) and \
+                 returned: never derive them from the private counts (a list of the groups or \
+                 values observed in the data leaves out the empty ones, and so reveals them).",
+                schema::NAME_RULE
+            )))
+            .into()
     }
 }
 

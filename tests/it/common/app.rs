@@ -95,6 +95,13 @@ impl TestApp {
             .expect("request sent")
     }
 
+    /// The JSON body of a `GET` that must answer 200.
+    pub async fn get_json(&self, path: &str, token: &str) -> Value {
+        let response = self.get(path, token).await;
+        assert_eq!(response.status(), StatusCode::OK, "GET {path}");
+        response.json().await.expect("a JSON body")
+    }
+
     pub async fn post(&self, path: &str, token: &str, body: &Value) -> Response {
         self.client
             .post(self.url(path))

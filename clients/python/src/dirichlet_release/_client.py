@@ -169,7 +169,10 @@ class Client(BaseClient):
         publicly: every release must then have that many cells, a pandas input is aligned to
         them by name, and outputs come back labelled with them. They must be a public list
         fixed in advance (every diagnosis code, every age band), never the values that happen
-        to occur in the data.
+        to occur in the data. The service stores names (and the dataset's name, labels and row
+        names) trimmed and in Unicode NFC, and refuses blank ones and ones holding control or
+        invisible format characters (`InvalidRequest`); pandas labels are matched to the cells
+        in that form.
         """
         return self._run(
             self._create_dataset(

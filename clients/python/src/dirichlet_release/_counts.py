@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import sys
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Optional, Sequence, Union
 
@@ -105,18 +106,27 @@ def _string_labels(labels: Any, what: str, why: str) -> List[str]:
     return names
 
 
+def _stored_form(name: str) -> str:
+    """A name as the service stores it: surrounding whitespace trimmed, in Unicode NFC."""
+    return unicodedata.normalize("NFC", name.strip())
+
+
 def _positions(labels: Any, cells: Sequence[str], what: str) -> List[int]:
-    """Where each of `cells` is among `labels`: the order that aligns the input to the cells."""
+    """Where each of `cells` is among `labels`: the order that aligns the input to the cells.
+
+    Labels are compared in the form the service stores names in, so that the labels a dataset
+    was registered from still match its (trimmed, normalised) cells.
+    """
     names = _string_labels(labels, what, _CELL_LABELS)
-    where = {name: i for i, name in enumerate(names)}
+    where = {_stored_form(name): i for i, name in enumerate(names)}
     if len(where) != len(names):
         raise ValueError(f"{what} repeats a label; each cell must appear once (nothing was sent)")
-    known = set(cells)
-    missing = [cell for cell in cells if cell not in where]
-    extra = [name for name in names if name not in known]
+    known = {_stored_form(cell) for cell in cells}
+    missing = [cell for cell in cells if _stored_form(cell) not in where]
+    extra = [name for name in names if _stored_form(name) not in known]
     if missing or extra:
         raise CellsMismatch(what, missing, extra)
-    return [where[cell] for cell in cells]
+    return [where[_stored_form(cell)] for cell in cells]
 
 
 def _labels(names: Sequence[str], like: Any) -> Any:

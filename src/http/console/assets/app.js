@@ -389,7 +389,7 @@ function namesWarning(cells, parsed) {
   if (width !== cells.length) {
     return `This dataset has ${cells.length} named cells (${nameList(cells)}) but ${parsed.table ? 'each row has' : 'the line has'} ${width} values: the service will refuse it.`;
   }
-  if (parsed.labels && parsed.labels.some((name, i) => name !== cells[i])) {
+  if (parsed.labels && parsed.labels.some((name, i) => name.trim().normalize('NFC') !== cells[i])) {
     return `The header line differs from the dataset's cell names; the dataset's names are used: ${nameList(cells)}.`;
   }
   return '';
@@ -1262,19 +1262,30 @@ async function renderDataset(datasetId) {
 
 // ------------------------------------------------------------------ admin forms
 
+/** What no name may hold (the service refuses it): controls, invisible format characters
+ * (zero-width spaces, byte order marks, direction marks and overrides…), line and paragraph
+ * separators. */
+const INVISIBLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/u;
+
 /**
  * The registration form's cell names: one per line (a name may then hold commas), or all on one
- * line separated by commas; blank entries are dropped. Null when none are given.
+ * line separated by commas; blank entries are dropped. Null when none are given. Names are
+ * compared as the service stores them (trimmed, in Unicode NFC), so "é" typed precomposed and
+ * decomposed is one name, given twice.
  */
 function parseCellNames(text) {
   const lines = text.split(/\r?\n/).map((l) => l.trim()).filter(Boolean);
   if (!lines.length) return null;
-  const names = lines.length > 1 ? lines : lines[0].split(',').map((c) => c.trim()).filter(Boolean);
+  const names = (lines.length > 1 ? lines : lines[0].split(',').map((c) => c.trim()).filter(Boolean))
+    .map((name) => name.normalize('NFC'));
   if (names.length < 2) {
     throw new Problem(0, { title: 'At least two cell names', detail: 'Name every cell (a release has 2 cells or more), or leave the field empty.' });
   }
   const seen = new Set();
-  for (const name of names) {
+  for (const [i, name] of names.entries()) {
+    if (INVISIBLE.test(name)) {
+      throw new Problem(0, { title: 'Invisible characters in a cell name', detail: `Cell name ${i + 1} holds a control character, an invisible formatting character (such as a zero-width space or a direction mark) or a line separator: names are shown to people, so they may hold none.` });
+    }
     if (seen.has(name)) throw new Problem(0, { title: 'Cell names repeat', detail: `“${name}” is given twice: each name must pick out one cell.` });
     seen.add(name);
   }
