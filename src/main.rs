@@ -12,7 +12,9 @@ async fn main() -> std::process::ExitCode {
         }
     };
     telemetry::init(settings.log_format, &settings.log_level);
-    let app = match Application::build(settings).await {
+    // Listening comes first: the database may not be up yet (start-up retries it, and /readyz
+    // answers 503 meanwhile).
+    let app = match Application::start(settings).await {
         Ok(app) => app,
         Err(e) => {
             tracing::error!(error = %e, "start-up failed");
@@ -28,12 +30,20 @@ async fn main() -> std::process::ExitCode {
         app.backend()
     );
     println!("Console: http://{addr}/console (sign in with the admin token)");
-    if let Some(token) = &app.generated_admin_token {
-        println!("Generated admin token (shown once; only its SHA-256 is stored): {token}");
-    }
     tracing::info!(%addr, backend = app.backend(), "listening");
+    let readiness = app.readiness();
+    tokio::spawn(async move {
+        if let Ok(connected) = readiness.wait().await {
+            if let Some(token) = connected.generated_admin_token {
+                println!("Generated admin token (shown once; only its SHA-256 is stored): {token}");
+            }
+            println!("dirichlet-release ready: the database is connected");
+            tracing::info!("ready");
+        }
+    });
     if let Err(e) = app.run_until_stopped(shutdown).await {
-        tracing::error!(error = %e, "server error");
+        tracing::error!(error = %e, "stopped on an error");
+        eprintln!("dirichlet-release: {e}");
         return std::process::ExitCode::FAILURE;
     }
     tracing::info!("stopped");
