@@ -1,9 +1,13 @@
 use dirichlet_release::config::Settings;
+use dirichlet_release::healthcheck;
 use dirichlet_release::startup::{shutdown_signal, Application};
 use dirichlet_release::telemetry;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+const USAGE: &str = "usage: dirichlet-release                     serve (configured by config/default.toml, DIRICHLET_CONFIG and DIRICHLET_* variables)
+       dirichlet-release healthcheck [--ready]  exit 0 if the local server answers 200 on /healthz (/readyz), else 1";
+
+fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
     let settings = match Settings::load() {
         Ok(s) => s,
         Err(e) => {
@@ -11,6 +15,31 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args.as_slice() {
+        [] => serve(settings),
+        ["healthcheck"] => healthcheck(&settings, "/healthz"),
+        ["healthcheck", "--ready"] => healthcheck(&settings, "/readyz"),
+        _ => {
+            eprintln!("{USAGE}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+/// No runtime, no logging: one blocking request, a line on failure, the exit status.
+fn healthcheck(settings: &Settings, path: &str) -> std::process::ExitCode {
+    match healthcheck::check(healthcheck::target(settings.listen), path) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dirichlet-release healthcheck: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+#[tokio::main]
+async fn serve(settings: Settings) -> std::process::ExitCode {
     telemetry::init(settings.log_format, &settings.log_level);
     // Listening comes first: the database may not be up yet (start-up retries it, and /readyz
     // answers 503 meanwhile).

@@ -233,6 +233,9 @@ async fn start_up_waits_for_a_database_that_is_not_up_yet() {
         (status, body.as_str()),
         (StatusCode::OK, r#"{"status":"ok"}"#)
     );
+    // The container's HEALTHCHECK: alive, not ready.
+    assert_eq!(healthcheck(&replica, &[]), Some(0));
+    assert_eq!(healthcheck(&replica, &["--ready"]), Some(1));
     for (path, token) in [
         ("/readyz", None),
         ("/v1/datasets", Some(ADMIN_TOKEN)),
@@ -273,6 +276,7 @@ async fn start_up_waits_for_a_database_that_is_not_up_yet() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    assert_eq!(healthcheck(&replica, &["--ready"]), Some(0));
     let connected = log_events(&replica, "database connected");
     assert_eq!(connected.len(), 1, "{}", replica.log());
     assert!(connected[0]["retries"].as_u64().unwrap() >= 3);
@@ -299,6 +303,28 @@ async fn start_up_waits_for_a_database_that_is_not_up_yet() {
     assert_eq!(release.status(), StatusCode::CREATED);
     assert_eq!(replica.starts, 1, "the same process, never restarted");
     assert!(replica.terminate().success());
+    assert_eq!(
+        healthcheck(&replica, &[]),
+        Some(1),
+        "nothing listens any more"
+    );
+}
+
+/// `dirichlet-release healthcheck ARGS` as the image's HEALTHCHECK runs it: the environment the
+/// server got (its DIRICHLET_LISTEN), no curl. Its exit status.
+fn healthcheck(replica: &Replica, args: &[&str]) -> Option<i32> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dirichlet-release"))
+        .arg("healthcheck")
+        .args(args)
+        .env_clear()
+        .env("DIRICHLET_LISTEN", format!("0.0.0.0:{}", replica.port))
+        .output()
+        .expect("the binary runs");
+    assert!(
+        out.stdout.is_empty(),
+        "a health check prints nothing on stdout"
+    );
+    out.status.code()
 }
 
 /// A database that never comes up (a wrong port): start-up keeps trying with capped exponential
