@@ -77,17 +77,7 @@ impl Replica {
         log_dir: &Path,
         log_level: &str,
     ) -> Replica {
-        let mut replica = Replica::configure(name, database_url, env, log_dir, log_level);
-        // A port found free may be taken before the server binds it; try a few.
-        let mut last = String::new();
-        for _ in 0..3 {
-            replica.port = free_port();
-            match replica.launch() {
-                Ok(()) => return replica,
-                Err(e) => last = e,
-            }
-        }
-        panic!("replica {name} did not start: {last}");
+        Replica::configure(name, database_url, env, log_dir, log_level).launch_on_a_free_port()
     }
 
     /// As [`Replica::start`], returning as soon as the process listens, without waiting for its
@@ -103,21 +93,13 @@ impl Replica {
         env.insert(0, ("DIRICHLET_ADMIN_TOKEN", ADMIN_TOKEN));
         let mut replica = Replica::configure(name, database_url, &env, log_dir, log_level);
         replica.wait_ready = false;
-        let mut last = String::new();
-        for _ in 0..3 {
-            replica.port = free_port();
-            match replica.launch() {
-                Ok(()) => return replica,
-                Err(e) => last = e,
-            }
-        }
-        panic!("replica {name} did not start: {last}");
+        replica.launch_on_a_free_port()
     }
 
     /// The binary with exactly `env` (and PATH), nothing else set for it: how a user starts it
     /// (the admin token generated on first start, configuration from the environment).
     pub fn start_bare(name: &str, env: &[(&str, &str)], log_dir: &Path) -> Replica {
-        let mut replica = Replica {
+        let replica = Replica {
             name: name.into(),
             port: 0,
             env: env
@@ -130,15 +112,20 @@ impl Replica {
             stdout: Arc::new(Mutex::new(Vec::new())),
             wait_ready: true,
         };
+        replica.launch_on_a_free_port()
+    }
+
+    /// A port found free may be taken before the server binds it; try a few.
+    fn launch_on_a_free_port(mut self) -> Replica {
         let mut last = String::new();
         for _ in 0..3 {
-            replica.port = free_port();
-            match replica.launch() {
-                Ok(()) => return replica,
+            self.port = free_port();
+            match self.launch() {
+                Ok(()) => return self,
                 Err(e) => last = e,
             }
         }
-        panic!("{name} did not start: {last}");
+        panic!("replica {} did not start: {last}", self.name);
     }
 
     fn configure(
