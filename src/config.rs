@@ -29,6 +29,8 @@ pub struct Settings {
     pub db_acquire_timeout_ms: u64,
     pub db_max_connections: u32,
     pub db_commit_slots: usize,
+    pub db_connect_backoff_ms: u64,
+    pub db_connect_max_backoff_ms: u64,
     pub retry_after_secs: u64,
     pub log_format: LogFormat,
     pub log_level: String,
@@ -113,6 +115,8 @@ impl Settings {
             "db_acquire_timeout_ms",
             "db_max_connections",
             "db_commit_slots",
+            "db_connect_backoff_ms",
+            "db_connect_max_backoff_ms",
             "retry_after_secs",
             "log_format",
             "log_level",
@@ -133,6 +137,8 @@ impl Settings {
             "db_acquire_timeout_ms",
             "db_max_connections",
             "db_commit_slots",
+            "db_connect_backoff_ms",
+            "db_connect_max_backoff_ms",
             "retry_after_secs",
             "max_page_size",
             "max_exponential_n",
@@ -196,6 +202,14 @@ impl Settings {
                 "max_inflight_body_bytes must be at least max_body_bytes",
             ));
         }
+        if self.db_connect_backoff_ms == 0 {
+            return Err(invalid("db_connect_backoff_ms must be at least 1"));
+        }
+        if self.db_connect_max_backoff_ms < self.db_connect_backoff_ms {
+            return Err(invalid(
+                "db_connect_max_backoff_ms must be at least db_connect_backoff_ms",
+            ));
+        }
         if self.write_timeout_ms == 0 {
             return Err(invalid("write_timeout_ms must be at least 1"));
         }
@@ -239,6 +253,17 @@ impl Settings {
     }
     pub fn db_acquire_timeout(&self) -> Duration {
         Duration::from_millis(self.db_acquire_timeout_ms)
+    }
+
+    /// How long start-up waits before its `retry`-th new attempt to reach the database (the
+    /// first retry is 1): `db_connect_backoff_ms` doubled at each retry, capped at
+    /// `db_connect_max_backoff_ms`. Jitter is the caller's.
+    pub fn db_connect_backoff(&self, retry: u32) -> Duration {
+        let doubled = self.db_connect_backoff_ms.saturating_mul(
+            1u64.checked_shl(retry.saturating_sub(1))
+                .unwrap_or(u64::MAX),
+        );
+        Duration::from_millis(doubled.min(self.db_connect_max_backoff_ms))
     }
 }
 
@@ -328,6 +353,33 @@ mod tests {
         assert_eq!(
             s.fingerprint_key.as_ref().map(|k| k.expose_secret()),
             Some(key)
+        );
+    }
+
+    #[test]
+    fn the_connect_backoff_doubles_up_to_its_cap() {
+        let s = Settings::from_layers(&[], |k| match k {
+            "DIRICHLET_DB_CONNECT_BACKOFF_MS" => Some("100".into()),
+            "DIRICHLET_DB_CONNECT_MAX_BACKOFF_MS" => Some("1000".into()),
+            _ => None,
+        })
+        .unwrap();
+        let waits: Vec<u64> = [1, 2, 3, 4, 5, 6, 64, 200, u32::MAX]
+            .map(|retry| s.db_connect_backoff(retry).as_millis() as u64)
+            .to_vec();
+        assert_eq!(waits, [100, 200, 400, 800, 1000, 1000, 1000, 1000, 1000]);
+        let defaults = Settings::defaults();
+        assert!(defaults.db_connect_backoff(1) < defaults.db_connect_backoff(2));
+        assert!(
+            Settings::from_layers(&[], |k| (k == "DIRICHLET_DB_CONNECT_BACKOFF_MS")
+                .then(|| "0".into()))
+            .is_err()
+        );
+        assert!(
+            Settings::from_layers(&[], |k| (k == "DIRICHLET_DB_CONNECT_MAX_BACKOFF_MS")
+                .then(|| "1".into()))
+            .is_err(),
+            "a cap below the first wait is refused"
         );
     }
 

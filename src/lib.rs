@@ -7,10 +7,11 @@
 //! - [`http`]: routes, extractors and the one API error type.
 //! - [`wire`]: serde helpers of the JSON wire format (bounded number sequences, non-null options).
 //! - [`schema`]: JSON Schema building blocks of the API description generated from the code.
-//! - [`config`], [`telemetry`], [`startup`]: wiring.
+//! - [`config`], [`telemetry`], [`startup`]: wiring; [`healthcheck`]: the container's health check.
 
 pub mod access;
 pub mod config;
+pub mod healthcheck;
 pub mod http;
 pub mod ledger;
 pub mod privacy;

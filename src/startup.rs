@@ -2,7 +2,8 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -14,9 +15,9 @@ use crate::access::{generate_admin_token, random_bytes, sha256};
 use crate::config::Settings;
 use crate::http::limits::WriteTimeout;
 use crate::http::metrics::Metrics;
-use crate::http::{router, AppState};
+use crate::http::{router, AppState, Keys};
 use crate::ledger::{LedgerStore, StoreError};
-use crate::store::{self, StoreOptions};
+use crate::store::{self, deferred::Deferred, StoreOptions};
 use secrecy::ExposeSecret;
 
 const ADMIN_SECRET: &str = "admin_token_sha256";
@@ -46,24 +47,74 @@ fn planner_pool(threads: usize) -> Result<rayon::ThreadPool, StartupError> {
         .map_err(|e| StartupError::Planner(e.to_string()))
 }
 
-pub struct Application {
-    listener: TcpListener,
-    state: AppState,
+/// Where start-up's connection to the database stands: `None` while it is trying.
+type Progress = Option<Result<Connected, StoreError>>;
+
+/// Start-up connected to the database.
+#[derive(Debug, Clone)]
+pub struct Connected {
     /// The admin token, when this start generated it (to be shown once).
     pub generated_admin_token: Option<String>,
 }
 
+/// Start-up's connection to the database, which [`Application::start`] runs in the background.
+#[derive(Clone)]
+pub struct Readiness(tokio::sync::watch::Receiver<Progress>);
+
+impl Readiness {
+    /// Resolves once start-up has connected to the database (and applied the migrations), or
+    /// has given up on an error that no retry cures (a wrong password, a failed migration).
+    pub async fn wait(mut self) -> Result<Connected, StoreError> {
+        match self.0.wait_for(Option::is_some).await {
+            Ok(progress) => progress.clone().expect("waited for Some"),
+            // The task is gone without a word: it was stopped with the server.
+            Err(_) => Err(StoreError::Unavailable(
+                "start-up stopped before it connected to the database".into(),
+            )),
+        }
+    }
+
+    /// Resolves with start-up's error, if it gives up; never otherwise.
+    async fn failed(mut self) -> StoreError {
+        if let Ok(progress) = self.0.wait_for(|p| matches!(p, Some(Err(_)))).await {
+            if let Some(Err(e)) = progress.clone() {
+                return e;
+            }
+        }
+        std::future::pending().await
+    }
+}
+
+pub struct Application {
+    listener: TcpListener,
+    state: AppState,
+    readiness: Readiness,
+    connecting: tokio::task::JoinHandle<()>,
+    /// The admin token, when this start generated it (to be shown once): set by
+    /// [`Application::build`]; after [`Application::start`], see [`Application::readiness`].
+    pub generated_admin_token: Option<String>,
+}
+
 impl Application {
+    /// [`Application::start`], then wait until the database is connected: how the tests and
+    /// examples start a server in-process, on a database that is up.
     pub async fn build(settings: Settings) -> Result<Self, StartupError> {
-        let options = StoreOptions {
-            max_connections: settings.db_max_connections,
-            acquire_timeout: settings.db_acquire_timeout(),
-            max_stored_cells: settings.max_stored_cells,
-            commit_slots: settings.db_commit_slots,
-        };
-        let store = store::connect(&settings.database_url, &options).await?;
-        let (admin_digest, generated_admin_token) = admin_digest(&settings, store.as_ref()).await?;
-        let fingerprint_key = fingerprint_key(&settings, store.as_ref()).await?;
+        let mut app = Self::start(settings).await?;
+        let connected = app.readiness().wait().await?;
+        app.generated_admin_token = connected.generated_admin_token;
+        Ok(app)
+    }
+
+    /// Check the configuration, bind the listener, and connect to the database in the
+    /// background: while PostgreSQL is unreachable, start-up tries again after a capped
+    /// exponential backoff (`db_connect_backoff_ms` doubling up to `db_connect_max_backoff_ms`),
+    /// logging one line per retry, and the server (once run) answers `/healthz` but 503 on
+    /// `/readyz` and on every route that needs the database. Errors that no retry cures (a URL
+    /// of neither kind, an invalid fingerprint key, a port taken) are returned here; those the
+    /// database reports (a wrong password, a failed migration) end the server's run.
+    pub async fn start(settings: Settings) -> Result<Self, StartupError> {
+        let backend = store::backend_of(&settings.database_url)?;
+        let configured_fingerprint = configured_fingerprint_key(&settings)?;
         let listener =
             TcpListener::bind(settings.listen)
                 .await
@@ -71,24 +122,43 @@ impl Application {
                     addr: settings.listen,
                     source,
                 })?;
-        let settings_bodies = settings.max_inflight_body_bytes;
-        let planner_threads = settings.planner_threads();
+        // Before the connection task starts, so that a failure here leaves nothing running.
+        let planner = Arc::new(planner_pool(settings.planner_threads())?);
+        let store = Arc::new(Deferred::new(backend));
+        let keys = Arc::new(OnceLock::new());
+        let settings = Arc::new(settings);
+        let (progress, readiness) = tokio::sync::watch::channel(None);
+        let connecting = tokio::spawn(connect_with_retry(
+            settings.clone(),
+            configured_fingerprint,
+            store.clone(),
+            keys.clone(),
+            progress,
+        ));
         let state = AppState {
             store,
-            settings: Arc::new(settings),
-            admin_digest,
-            fingerprint_key,
+            keys,
+            bodies: Arc::new(crate::http::limits::Bodies::new(
+                settings.max_inflight_body_bytes,
+            )),
+            settings,
             metrics: Metrics::new(),
             tasks: TaskTracker::new(),
             caches: Default::default(),
-            bodies: Arc::new(crate::http::limits::Bodies::new(settings_bodies)),
-            planner: Arc::new(planner_pool(planner_threads)?),
+            planner,
         };
         Ok(Application {
             listener,
             state,
-            generated_admin_token,
+            readiness: Readiness(readiness),
+            connecting,
+            generated_admin_token: None,
         })
+    }
+
+    /// Start-up's connection to the database.
+    pub fn readiness(&self) -> Readiness {
+        self.readiness.clone()
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -142,10 +212,16 @@ impl Application {
         let graceful = GracefulShutdown::new();
         let mut listener = self.listener;
         let mut shutdown = std::pin::pin!(shutdown);
+        let mut failed = std::pin::pin!(self.readiness.failed());
+        let mut outcome = Ok(());
         loop {
             let (stream, peer) = tokio::select! {
                 accepted = axum::serve::Listener::accept(&mut listener) => accepted,
                 () = &mut shutdown => break,
+                error = &mut failed => {
+                    outcome = Err(std::io::Error::other(StartupError::Store(error)));
+                    break;
+                }
             };
             tracing::trace!(%peer, "connection accepted");
             let _ = stream.set_nodelay(true);
@@ -159,10 +235,12 @@ impl Application {
             });
         }
         drop(listener);
+        // Stopped while still trying to reach the database: stop trying.
+        self.connecting.abort();
         graceful.shutdown().await;
         tasks.close();
         tasks.wait().await;
-        Ok(())
+        outcome
     }
 }
 
@@ -181,12 +259,97 @@ fn parser_max_head_bytes(settings: &Settings) -> usize {
         .max(8192 + 4096 * 100)
 }
 
+/// Start-up's connection to the database: tries until it succeeds or fails on an error that no
+/// retry cures (anything but `Unavailable` from PostgreSQL), and reports the outcome on
+/// `progress`. The store and the keys are filled in on
+/// success, the store first: the service is ready once the keys are known.
+async fn connect_with_retry(
+    settings: Arc<Settings>,
+    configured_fingerprint: Option<[u8; 32]>,
+    deferred: Arc<Deferred>,
+    keys: Arc<OnceLock<Keys>>,
+    progress: tokio::sync::watch::Sender<Progress>,
+) {
+    let options = StoreOptions {
+        max_connections: settings.db_max_connections,
+        acquire_timeout: settings.db_acquire_timeout(),
+        max_stored_cells: settings.max_stored_cells,
+        commit_slots: settings.db_commit_slots,
+    };
+    // Rebuilt from the parsed URL: never its password.
+    let database = store::describe(&settings.database_url);
+    let started = std::time::Instant::now();
+    let mut retries = 0u32;
+    loop {
+        let attempt = async {
+            let store = store::connect(&settings.database_url, &options).await?;
+            let (admin_digest, generated) = admin_digest(&settings, store.as_ref()).await?;
+            let fingerprint_key = match configured_fingerprint {
+                Some(key) => key,
+                None => stored_fingerprint_key(store.as_ref()).await?,
+            };
+            let keys = Keys {
+                admin_digest,
+                fingerprint_key,
+            };
+            Ok::<_, StoreError>((store, keys, generated))
+        };
+        match attempt.await {
+            Ok((store, found, generated_admin_token)) => {
+                deferred.connect(store);
+                let _ = keys.set(found);
+                if retries > 0 {
+                    tracing::info!(
+                        %database,
+                        retries,
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "database connected"
+                    );
+                }
+                progress.send_replace(Some(Ok(Connected {
+                    generated_admin_token,
+                })));
+                return;
+            }
+            // A SQLite file that cannot be opened now (a read-only mount, a missing directory)
+            // is a configuration error that waiting does not cure, as before.
+            Err(StoreError::Unavailable(reason)) if deferred.backend() == "postgres" => {
+                retries = retries.saturating_add(1);
+                let wait = jittered(settings.db_connect_backoff(retries));
+                tracing::warn!(
+                    %database,
+                    retry = retries,
+                    retry_in_ms = wait.as_millis() as u64,
+                    error = %reason,
+                    "database unreachable at start-up; retrying"
+                );
+                tokio::time::sleep(wait).await;
+            }
+            Err(error) => {
+                tracing::error!(%database, %error, "start-up cannot use the database; giving up");
+                progress.send_replace(Some(Err(error)));
+                return;
+            }
+        }
+    }
+}
+
+/// A wait drawn uniformly between half of `wait` and all of it: replicas that started together
+/// (compose, a rollout) do not knock on the database in step.
+fn jittered(wait: Duration) -> Duration {
+    let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+    let half = ms / 2;
+    let bytes: [u8; 8] = random_bytes()[..8].try_into().expect("8 bytes");
+    let spread = u64::from_le_bytes(bytes) % (ms - half + 1);
+    Duration::from_millis(half + spread)
+}
+
 /// The configured admin token wins. Otherwise the digest stored by an earlier start is used, or
 /// a token is generated, its digest stored (first replica wins) and the token returned once.
 async fn admin_digest(
     settings: &Settings,
     store: &dyn LedgerStore,
-) -> Result<([u8; 32], Option<String>), StartupError> {
+) -> Result<([u8; 32], Option<String>), StoreError> {
     if let Some(token) = &settings.admin_token {
         return Ok((sha256(token.expose_secret().as_bytes()), None));
     }
@@ -202,29 +365,31 @@ async fn admin_digest(
     Ok((stored, generated))
 }
 
-async fn fingerprint_key(
-    settings: &Settings,
-    store: &dyn LedgerStore,
-) -> Result<[u8; 32], StartupError> {
-    if let Some(hex_key) = &settings.fingerprint_key {
-        let bytes = hex::decode(hex_key.expose_secret().trim())
-            .map_err(|e| StartupError::FingerprintKey(e.to_string()))?;
-        return bytes.try_into().map_err(|_| {
-            StartupError::FingerprintKey("it must be 32 bytes (64 hex digits)".into())
-        });
-    }
+/// The configured fingerprint key, checked before anything else starts.
+fn configured_fingerprint_key(settings: &Settings) -> Result<Option<[u8; 32]>, StartupError> {
+    let Some(hex_key) = &settings.fingerprint_key else {
+        return Ok(None);
+    };
+    let bytes = hex::decode(hex_key.expose_secret().trim())
+        .map_err(|e| StartupError::FingerprintKey(e.to_string()))?;
+    bytes
+        .try_into()
+        .map(Some)
+        .map_err(|_| StartupError::FingerprintKey("it must be 32 bytes (64 hex digits)".into()))
+}
+
+/// The key stored by an earlier start (any replica's), or a new random one.
+async fn stored_fingerprint_key(store: &dyn LedgerStore) -> Result<[u8; 32], StoreError> {
     let stored = store
         .secret_or_init(FINGERPRINT_SECRET, &random_bytes())
         .await?;
     to_key(&stored)
 }
 
-fn to_key(bytes: &[u8]) -> Result<[u8; 32], StartupError> {
-    bytes.try_into().map_err(|_| {
-        StartupError::Store(StoreError::Corrupt(
-            "a stored secret is not 32 bytes".into(),
-        ))
-    })
+fn to_key(bytes: &[u8]) -> Result<[u8; 32], StoreError> {
+    bytes
+        .try_into()
+        .map_err(|_| StoreError::Corrupt("a stored secret is not 32 bytes".into()))
 }
 
 /// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not when the

@@ -136,7 +136,7 @@ impl FromRequestParts<AppState> for Caller {
             };
         }
         let presented = sha256(token.as_bytes());
-        if bool::from(presented.ct_eq(&state.admin_digest)) {
+        if bool::from(presented.ct_eq(&state.keys()?.admin_digest)) {
             Ok(Caller::Admin)
         } else {
             Err(ApiError::Unauthorized)

@@ -20,7 +20,7 @@ pub mod releases;
 pub mod tokens;
 pub mod views;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
@@ -41,12 +41,13 @@ use metrics::Metrics;
 
 #[derive(Clone)]
 pub struct AppState {
+    /// Answers `Unavailable` until start-up has connected to the database
+    /// (`store::deferred::Deferred`).
     pub store: Arc<dyn LedgerStore>,
     pub settings: Arc<Settings>,
-    /// SHA-256 of the admin token.
-    pub admin_digest: [u8; 32],
-    /// Key of the idempotency fingerprint HMAC.
-    pub fingerprint_key: [u8; 32],
+    /// Known once start-up has connected to the database (where they may be stored): the
+    /// service is ready from then on.
+    pub keys: Arc<OnceLock<Keys>>,
     pub metrics: Metrics,
     /// Release tasks that must finish before shutdown completes.
     pub tasks: TaskTracker,
@@ -58,7 +59,26 @@ pub struct AppState {
     pub planner: Arc<rayon::ThreadPool>,
 }
 
+/// The keys start-up reads from the configuration or the database.
+#[derive(Debug, Clone, Copy)]
+pub struct Keys {
+    /// SHA-256 of the admin token.
+    pub admin_digest: [u8; 32],
+    /// Key of the idempotency fingerprint HMAC.
+    pub fingerprint_key: [u8; 32],
+}
+
 impl AppState {
+    /// The keys, or 503 while start-up has not connected to the database.
+    pub fn keys(&self) -> Result<&Keys, ApiError> {
+        self.keys.get().ok_or(ApiError::Unavailable)
+    }
+
+    /// Start-up is done: the database is connected and the keys are known.
+    pub fn is_ready(&self) -> bool {
+        self.keys.get().is_some()
+    }
+
     /// The dataset `id` as `caller` may see it: 404 alike when it does not exist and when it is
     /// outside an analyst token's scope.
     pub async fn dataset_for(

@@ -75,6 +75,9 @@ async fn healthz() -> Json<Health> {
 }
 
 /// Readiness; one round trip to the database.
+///
+/// 503 until start-up has connected to the database and applied its migrations: the service
+/// listens, and answers `/healthz`, while it waits for a database that is not up yet.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -82,13 +85,17 @@ async fn healthz() -> Json<Health> {
     tag = "operations",
     security(),
     responses(
-        (status = 200, description = "The database answers.", body = Ready),
+        (status = 200, description = "Start-up has connected to the database, which answers.", body = Ready),
         (status = 431, response = problems::HeadersTooLarge),
         (status = 500, response = problems::Internal),
         (status = 503, response = problems::ServiceUnavailable),
     )
 )]
 async fn readyz(State(state): State<AppState>) -> Result<SortedJson<Ready>, ApiError> {
+    // Start-up logs its own attempts: a probe meanwhile logs nothing.
+    if !state.is_ready() {
+        return Err(ApiError::Unavailable);
+    }
     state.store.ping().await?;
     Ok(SortedJson(Ready {
         status: "ready",

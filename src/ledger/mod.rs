@@ -349,7 +349,7 @@ pub struct LedgerSummary {
 /// have happened: the connection was lost (or the driver failed) after the commit was sent, so
 /// no answer from the database says which (→ 504); `Corrupt` is a stored value the ledger
 /// cannot interpret; `Internal` is anything else. Messages never contain request data.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("database unavailable: {0}")]
     Unavailable(String),

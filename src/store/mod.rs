@@ -2,6 +2,7 @@
 //! Migrations live in `migrations/postgres` and `migrations/sqlite` and are applied at start-up.
 
 pub mod codec;
+pub mod deferred;
 pub mod postgres;
 pub mod sqlite;
 
@@ -47,20 +48,52 @@ impl Default for StoreOptions {
     }
 }
 
+/// The backend a database URL names (`"postgres"` or `"sqlite"`), before connecting: a URL of
+/// neither kind is a configuration error that no retry cures.
+pub fn backend_of(url: &str) -> Result<&'static str, StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok("postgres")
+    } else if url.starts_with("sqlite:") {
+        Ok("sqlite")
+    } else {
+        Err(StoreError::Internal(
+            "database URL must start with postgres://, postgresql:// or sqlite:".into(),
+        ))
+    }
+}
+
+/// The database a URL names, for logs: `postgres://USER@HOST:PORT/DB` rebuilt from the parsed
+/// options (so neither a password in the URL nor one in its query can appear), or the SQLite
+/// file. A URL that does not parse is described by its scheme alone.
+pub fn describe(url: &str) -> String {
+    match backend_of(url) {
+        Ok("postgres") => match url.parse::<sqlx::postgres::PgConnectOptions>() {
+            Ok(o) => format!(
+                "postgres://{}@{}:{}/{}",
+                o.get_username(),
+                o.get_host(),
+                o.get_port(),
+                o.get_database().unwrap_or(o.get_username())
+            ),
+            Err(_) => "postgres://(a URL that does not parse)".into(),
+        },
+        Ok(_) => match url.parse::<sqlx::sqlite::SqliteConnectOptions>() {
+            Ok(o) => format!("sqlite://{}", o.get_filename().display()),
+            Err(_) => "sqlite:(a URL that does not parse)".into(),
+        },
+        Err(_) => "(not a postgres:// or sqlite: URL)".into(),
+    }
+}
+
 /// Open the store named by `url` (`postgres://…`/`postgresql://…` or `sqlite://…`/`sqlite:…`),
 /// creating a SQLite file if needed, and apply that backend's migrations.
 pub async fn connect(
     url: &str,
     options: &StoreOptions,
 ) -> Result<Arc<dyn LedgerStore>, StoreError> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(postgres::PgStore::connect(url, options).await?))
-    } else if url.starts_with("sqlite:") {
-        Ok(Arc::new(sqlite::SqliteStore::connect(url, options).await?))
-    } else {
-        Err(StoreError::Internal(
-            "database URL must start with postgres://, postgresql:// or sqlite:".into(),
-        ))
+    match backend_of(url)? {
+        "postgres" => Ok(Arc::new(postgres::PgStore::connect(url, options).await?)),
+        _ => Ok(Arc::new(sqlite::SqliteStore::connect(url, options).await?)),
     }
 }
 
@@ -169,5 +202,41 @@ fn sqlite_error(context: &str, sqlite: &sqlx::sqlite::SqliteError) -> StoreError
         // CORRUPT, NOTADB
         11 | 26 => StoreError::Corrupt(message),
         _ => StoreError::Internal(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_described_without_their_passwords() {
+        for (url, described) in [
+            (
+                "postgres://ledger:s3cret@db.internal:6543/dirichlet?sslmode=disable",
+                "postgres://ledger@db.internal:6543/dirichlet",
+            ),
+            (
+                "postgresql://ledger@db/dirichlet?password=s3cret",
+                "postgres://ledger@db:5432/dirichlet",
+            ),
+            (
+                "sqlite:///var/lib/x/ledger.db",
+                "sqlite:///var/lib/x/ledger.db",
+            ),
+            (
+                "mysql://root:s3cret@h/db",
+                "(not a postgres:// or sqlite: URL)",
+            ),
+        ] {
+            assert_eq!(describe(url), described, "{url}");
+            assert!(!describe(url).contains("s3cret"));
+        }
+        assert_eq!(backend_of("postgresql://h/db").unwrap(), "postgres");
+        assert_eq!(backend_of("sqlite::memory:").unwrap(), "sqlite");
+        assert!(matches!(
+            backend_of("mysql://h/db"),
+            Err(StoreError::Internal(_))
+        ));
     }
 }

@@ -440,7 +440,7 @@ async fn create(
     };
     let idempotency = match key {
         Some(key) => {
-            let fp = body.fingerprint(&state.fingerprint_key, id, &caller.name());
+            let fp = body.fingerprint(&state.keys()?.fingerprint_key, id, &caller.name());
             if let Some((existing, stored)) = state.store.find_by_idempotency_key(id, &key).await? {
                 return idempotency::replay(&state, &dataset, existing, stored, fp);
             }

@@ -24,6 +24,9 @@ pub struct Replica {
     pub starts: u32,
     /// Everything the processes printed on standard output.
     pub stdout: Arc<Mutex<Vec<String>>>,
+    /// Whether a start waits for the database to be connected (the binary's "ready" line) or
+    /// only for the listener (its address line).
+    wait_ready: bool,
 }
 
 pub fn free_port() -> u16 {
@@ -74,23 +77,29 @@ impl Replica {
         log_dir: &Path,
         log_level: &str,
     ) -> Replica {
-        let mut replica = Replica::configure(name, database_url, env, log_dir, log_level);
-        // A port found free may be taken before the server binds it; try a few.
-        let mut last = String::new();
-        for _ in 0..3 {
-            replica.port = free_port();
-            match replica.launch() {
-                Ok(()) => return replica,
-                Err(e) => last = e,
-            }
-        }
-        panic!("replica {name} did not start: {last}");
+        Replica::configure(name, database_url, env, log_dir, log_level).launch_on_a_free_port()
+    }
+
+    /// As [`Replica::start`], returning as soon as the process listens, without waiting for its
+    /// database to be connected.
+    pub fn start_listening(
+        name: &str,
+        database_url: &str,
+        env: &[(&str, &str)],
+        log_dir: &Path,
+        log_level: &str,
+    ) -> Replica {
+        let mut env = env.to_vec();
+        env.insert(0, ("DIRICHLET_ADMIN_TOKEN", ADMIN_TOKEN));
+        let mut replica = Replica::configure(name, database_url, &env, log_dir, log_level);
+        replica.wait_ready = false;
+        replica.launch_on_a_free_port()
     }
 
     /// The binary with exactly `env` (and PATH), nothing else set for it: how a user starts it
     /// (the admin token generated on first start, configuration from the environment).
     pub fn start_bare(name: &str, env: &[(&str, &str)], log_dir: &Path) -> Replica {
-        let mut replica = Replica {
+        let replica = Replica {
             name: name.into(),
             port: 0,
             env: env
@@ -101,16 +110,22 @@ impl Replica {
             child: None,
             starts: 0,
             stdout: Arc::new(Mutex::new(Vec::new())),
+            wait_ready: true,
         };
+        replica.launch_on_a_free_port()
+    }
+
+    /// A port found free may be taken before the server binds it; try a few.
+    fn launch_on_a_free_port(mut self) -> Replica {
         let mut last = String::new();
         for _ in 0..3 {
-            replica.port = free_port();
-            match replica.launch() {
-                Ok(()) => return replica,
+            self.port = free_port();
+            match self.launch() {
+                Ok(()) => return self,
                 Err(e) => last = e,
             }
         }
-        panic!("{name} did not start: {last}");
+        panic!("replica {} did not start: {last}", self.name);
     }
 
     fn configure(
@@ -134,6 +149,7 @@ impl Replica {
             child: None,
             starts: 0,
             stdout: Arc::new(Mutex::new(Vec::new())),
+            wait_ready: true,
         }
     }
 
@@ -165,12 +181,18 @@ impl Replica {
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         let lines = self.stdout.clone();
+        // The address line, or the ready line (printed once the database is connected).
+        let awaited = if self.wait_ready {
+            "dirichlet-release ready"
+        } else {
+            "dirichlet-release listening on "
+        };
         // Reads the announcement, then keeps draining so the child never blocks on a full pipe.
         std::thread::spawn(move || {
             let mut announced = false;
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                let announcement = line.starts_with("dirichlet-release listening on ");
+                let announcement = line.starts_with(awaited);
                 lines.lock().unwrap().push(line);
                 if !announced && announcement {
                     announced = true;
@@ -189,14 +211,14 @@ impl Replica {
                 | Err(mpsc::RecvTimeoutError::Disconnected) => {
                     if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
                         return Err(format!(
-                            "exited with {status} before announcing its address; log tail: {}",
+                            "exited with {status} before announcing it was up; log tail: {}",
                             self.log_tail(5)
                         ));
                     }
                     if Instant::now() > deadline {
                         let _ = child.kill();
                         let _ = child.wait();
-                        return Err("did not announce its address within a minute".into());
+                        return Err("did not announce it was up within a minute".into());
                     }
                 }
             }
