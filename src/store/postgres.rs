@@ -362,9 +362,28 @@ async fn commit_alone(
 /// rolled back) or nothing was sent; `Err` when the connection failed once the statement may
 /// have been sent — a TLS or protocol failure, the connection lost — leaving no answer saying
 /// whether it committed.
+///
+/// An error answer means the statement did not commit. An error inside the statement or its
+/// implicit COMMIT aborts it. A FATAL that ends the session (`57P01` at a fast shutdown or from
+/// `pg_terminate_backend`, `57P05` an idle-session timeout) is acted on only where the statement
+/// can still abort (the commit itself holds interrupts) or once the backend waits for its client,
+/// after the statement's whole answer: so it either aborted the statement, or was sent while the
+/// connection sat idle in the pool, before the statement arrived, and is what the driver reads
+/// as its answer. A backend killed without that (an immediate shutdown, a crash: a warning, then
+/// the connection ends) is a lost connection, unknown. The exception is a PANIC: the server
+/// crashes, and recovery replays a commit record already written.
 fn outcome_of(e: sqlx::Error) -> Result<sqlx::Error, String> {
     const CONTEXT: &str = "commit_release";
     match e {
+        sqlx::Error::Database(db)
+            if db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some_and(|pg| pg.severity() == sqlx::postgres::PgSeverity::Panic) =>
+        {
+            Err(format!(
+                "{CONTEXT}: the database server crashed (PANIC) while answering"
+            ))
+        }
         e @ (sqlx::Error::Database(_)
         | sqlx::Error::Encode(_)
         | sqlx::Error::TypeNotFound { .. }

@@ -1351,6 +1351,144 @@ async fn lost_connection_during_a_commit_is_outcome_unknown_postgres() {
     );
 }
 
+/// How [`restarting_proxy`] treats a new connection: what a PostgreSQL server going down or
+/// coming up does to a client that connects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Restart {
+    /// Pass it on to the server.
+    Up,
+    /// Accept, then close at once (the client reads end-of-file).
+    Closed,
+    /// Accept, then reset (the client reads ECONNRESET).
+    Reset,
+    /// Answer the SSL request and the start-up message with FATAL 57P01 (a backend terminated
+    /// as it started), then close.
+    Terminated,
+}
+
+/// A TCP proxy in front of PostgreSQL whose new connections meet `mode`.
+async fn restarting_proxy(
+    upstream: std::net::SocketAddr,
+    mode: Arc<std::sync::Mutex<Restart>>,
+) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let mode = *mode.lock().unwrap();
+            tokio::spawn(async move {
+                match mode {
+                    Restart::Up => {
+                        let mut server = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                    Restart::Closed => drop(client),
+                    Restart::Reset => {
+                        client.set_zero_linger().unwrap();
+                        drop(client);
+                    }
+                    Restart::Terminated => {
+                        // The start-up message (its length, then the rest), after an SSL
+                        // request (answered "no") if the client sends one first.
+                        let mut head = [0u8; 8];
+                        if client.read_exact(&mut head).await.is_err() {
+                            return;
+                        }
+                        if head[4..] == 80_877_103u32.to_be_bytes() {
+                            let _ = client.write_all(b"N").await;
+                            if client.read_exact(&mut head).await.is_err() {
+                                return;
+                            }
+                        }
+                        let length = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
+                        let mut rest = vec![0u8; length.saturating_sub(8)];
+                        let _ = client.read_exact(&mut rest).await;
+                        let mut fields = Vec::new();
+                        for (tag, value) in [
+                            (b'S', "FATAL"),
+                            (b'V', "FATAL"),
+                            (b'C', "57P01"),
+                            (b'M', "terminating connection due to administrator command"),
+                        ] {
+                            fields.push(tag);
+                            fields.extend_from_slice(value.as_bytes());
+                            fields.push(0);
+                        }
+                        fields.push(0);
+                        let mut message = vec![b'E'];
+                        message.extend_from_slice(&(fields.len() as u32 + 4).to_be_bytes());
+                        message.extend_from_slice(&fields);
+                        let _ = client.write_all(&message).await;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// What a client meets while PostgreSQL restarts — a connection closed or reset as soon as it is
+/// made, a backend terminated as it starts — is 503 (`Unavailable`: nothing was sent, nothing
+/// charged), with group commit on and off alike; and the same store commits once the server
+/// takes connections again. (Group commit used to turn these into 500s: the group's connection
+/// error was copied for its members as an unclassified driver error.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_refused_during_a_restart_are_unavailable_postgres() {
+    let f = postgres().await;
+    let d = f
+        .store
+        .create_dataset(&new_dataset("restart", 4.0))
+        .await
+        .unwrap();
+    let mut url = url::Url::parse(&f.url).unwrap();
+    let upstream = std::net::SocketAddr::new(
+        url.host_str().unwrap().parse().unwrap(),
+        url.port().unwrap_or(5432),
+    );
+    let mode = Arc::new(std::sync::Mutex::new(Restart::Up));
+    url.set_port(Some(restarting_proxy(upstream, mode.clone()).await))
+        .unwrap();
+    let mut charged = 0;
+    for slots in [4, 0] {
+        // Connected while the server is up (the migrations check runs); the pool opens its
+        // connections on demand, so every commit below needs a new one.
+        *mode.lock().unwrap() = Restart::Up;
+        let store = connect(
+            url.as_str(),
+            &StoreOptions {
+                commit_slots: slots,
+                ..options()
+            },
+        )
+        .await
+        .unwrap();
+        for restart in [Restart::Closed, Restart::Reset, Restart::Terminated] {
+            *mode.lock().unwrap() = restart;
+            for key in [None, Some("k")] {
+                let new = new_release(d.id, cost(0.25), key);
+                match store.commit_release(&new).await {
+                    Err(StoreError::Unavailable(message)) => {
+                        assert!(message.starts_with("commit_release"), "{message}")
+                    }
+                    other => panic!(
+                        "{slots} slots, {restart:?}, key {key:?}: expected Unavailable, got {other:?}"
+                    ),
+                }
+            }
+        }
+        assert_eq!(
+            dataset(&*f.store, d.id).await.releases,
+            charged,
+            "nothing charged"
+        );
+        *mode.lock().unwrap() = Restart::Up;
+        committed(commit(&*store, &new_release(d.id, cost(0.25), None)).await);
+        charged += 1;
+    }
+    assert_eq!(dataset(&*f.store, d.id).await.releases, 2);
+}
+
 #[tokio::test]
 async fn postgres_sessions_carry_server_timeouts() {
     let url = pg::fresh_database().await;

@@ -274,7 +274,7 @@ impl Runner {
             }
             Err(GroupError::NotSent(e)) => {
                 for answer in answers {
-                    let _ = answer.send(Err(store_error("commit_release", clone_error(&e))));
+                    let _ = answer.send(Err(e.clone()));
                 }
             }
             // Rolled back as a whole: each member commits alone and meets its own outcome.
@@ -293,7 +293,14 @@ impl Runner {
     }
 
     async fn statement(&self, members: &[Member]) -> Result<Vec<PgRow>, GroupError> {
-        let mut conn = self.pool.acquire().await.map_err(GroupError::NotSent)?;
+        // Classified as a release alone classifies it: a connection that could not be had (the
+        // server refusing, resetting or ending the connection while it restarts) is unavailable,
+        // since nothing was sent.
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| GroupError::NotSent(store_error("commit_release", e)))?;
         let result = sqlx::query(COMMIT_GROUP)
             .bind(members.iter().map(|m| m.dataset_id).collect::<Vec<_>>())
             .bind(members.iter().map(|m| m.cost).collect::<Vec<_>>())
@@ -354,21 +361,12 @@ impl Runner {
 }
 
 enum GroupError {
-    /// No connection: nothing was sent.
-    NotSent(sqlx::Error),
+    /// No connection: nothing was sent (the error as the store classifies it).
+    NotSent(StoreError),
     /// The database answered with an error: the statement, a transaction of its own, rolled back.
     RolledBack(sqlx::Error),
     /// The connection failed once the statement was sent.
     Unknown(String),
-}
-
-/// sqlx errors are not `Clone`; every member of a group without a connection gets the same one.
-fn clone_error(e: &sqlx::Error) -> sqlx::Error {
-    match e {
-        sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
-        sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
-        other => sqlx::Error::Protocol(other.to_string()),
-    }
 }
 
 fn member_answer(row: &PgRow, member: Member) -> Result<Answer, StoreError> {
