@@ -125,7 +125,7 @@ pub struct PgStore {
     max_stored_cells: i64,
     /// See [`LedgerStore::commit_answer_bound`].
     commit_answer_bound: Duration,
-    /// Group commit for keyless releases; `None` when `StoreOptions::commit_slots` is 0.
+    /// Group commit; `None` when `StoreOptions::commit_slots` is 0.
     groups: Option<Groups>,
 }
 
@@ -314,8 +314,8 @@ fn commit_answer_bound(acquire_timeout: Duration) -> Duration {
     acquire_timeout.saturating_mul(2).saturating_add(statement)
 }
 
-/// One release, alone, with `COMMIT_RELEASE`: a keyed release, a group of one, or a member its
-/// group handed back. Waits for the rows' locks.
+/// One release, alone, with `COMMIT_RELEASE`: every release when group commit is off, else a
+/// member its group handed back. Waits for the rows' locks.
 async fn commit_alone(
     pool: &sqlx::PgPool,
     m: &Member,
@@ -468,12 +468,12 @@ impl LedgerStore for PgStore {
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
         const CONTEXT: &str = "commit_release";
         // No read of the key first: the release handler has just looked it up, so a stored key
-        // is rare here and costs one failed statement (the unique violation) plus a read, while
+        // is rare here and costs a read after the statement (which checks the key itself), while
         // every keyed release saves a round trip.
         let member = self.member(new)?;
         let answer = match &self.groups {
-            Some(groups) if new.idempotency.is_none() => groups.commit(member).await?,
-            _ => commit_alone(&self.pool, &member, self.max_stored_cells).await?,
+            Some(groups) => groups.commit(member).await?,
+            None => commit_alone(&self.pool, &member, self.max_stored_cells).await?,
         };
         let answer = match answer {
             Answer::Alone(member) => {
@@ -491,7 +491,8 @@ impl LedgerStore for PgStore {
                 budget,
             }),
             Answer::Refused { allocation } => self.refused(new, allocation).await,
-            // A concurrent request with the same key committed first; this one charged nothing.
+            // A request with the same key committed first (before, concurrently, or earlier in
+            // the same group); this one charged nothing.
             Answer::KeyConflict => {
                 let key = new.idempotency.as_ref().map_or("", |i| i.key.as_str());
                 match self.fetch_keyed(CONTEXT, new.dataset_id, key).await? {

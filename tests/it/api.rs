@@ -772,6 +772,106 @@ async fn a_replay_answers_the_original_201(backend: Backend) {
     assert_eq!(app.budget(&id).await, now, "the replay charged nothing");
 }
 
+/// Keyed releases sent together, each key twice at once (a client retrying while its first
+/// attempt is still in flight): one charge per key, both answers the same 201 body (one marked
+/// replayed); a retry later gets that body again; the key with another body is refused and
+/// charges nothing. On PostgreSQL, through one commit slot, the keyed releases committed in
+/// groups (releases written by one transaction share `xmin`): replay and refusal are the same
+/// for a key stored by a group.
+async fn keyed_releases_sent_together_are_charged_once_and_replayed(backend: Backend) {
+    const KEYS: usize = 8;
+    let app = spawn_app_with(backend, |s| s.db_commit_slots = 1).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(app.create_dataset(2.0, 10.0).await);
+    }
+    let mut handles = Vec::new();
+    for (d, id) in ids.iter().enumerate() {
+        for k in 0..KEYS {
+            for _copy in 0..2 {
+                let (client, url) = (
+                    app.client.clone(),
+                    app.url(&format!("/v1/datasets/{id}/releases")),
+                );
+                handles.push(tokio::spawn(async move {
+                    let r = client
+                        .post(url)
+                        .bearer_auth(ADMIN_TOKEN)
+                        .header("Idempotency-Key", format!("burst-{d}-{k}"))
+                        .json(&json!({"counts": [k + 1, 2, 3], "epsilon": 0.125}))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(r.status(), StatusCode::CREATED);
+                    let replayed = r.headers().get("idempotent-replayed").is_some();
+                    ((d, k), replayed, r.json::<Value>().await.unwrap())
+                }));
+            }
+        }
+    }
+    let mut answers = std::collections::BTreeMap::<(usize, usize), Vec<(bool, Value)>>::new();
+    for h in handles {
+        let (key, replayed, body) = h.await.unwrap();
+        answers.entry(key).or_default().push((replayed, body));
+    }
+    for ((d, k), got) in &answers {
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].1, got[1].1, "burst-{d}-{k}: the same 201 body");
+        assert_eq!(
+            got.iter().filter(|(replayed, _)| *replayed).count(),
+            1,
+            "burst-{d}-{k}: one answer is the release, the other its replay"
+        );
+    }
+    for id in &ids {
+        assert_eq!(app.budget(id).await["releases"], KEYS);
+    }
+    // Retries, one at a time: the same 201 body, nothing charged.
+    for ((d, k), got) in &answers {
+        let again = app
+            .post_with_key(
+                &format!("/v1/datasets/{}/releases", ids[*d]),
+                ADMIN_TOKEN,
+                &format!("burst-{d}-{k}"),
+                &json!({"counts": [k + 1, 2, 3], "epsilon": 0.125}),
+            )
+            .await;
+        assert_eq!(again.status(), StatusCode::CREATED);
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        assert_eq!(again.json::<Value>().await.unwrap(), got[0].1);
+    }
+    // The key with another body.
+    assert_problem(
+        app.post_with_key(
+            &format!("/v1/datasets/{}/releases", ids[0]),
+            ADMIN_TOKEN,
+            "burst-0-0",
+            &json!({"counts": [9, 9, 9], "epsilon": 0.125}),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency-key-reused",
+    )
+    .await;
+    for id in &ids {
+        assert_eq!(app.budget(id).await["releases"], KEYS);
+    }
+    if backend == Backend::Postgres {
+        use sqlx::Connection;
+        let mut raw = sqlx::PgConnection::connect(&app.database_url)
+            .await
+            .unwrap();
+        let shared: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM releases r WHERE EXISTS \
+               (SELECT 1 FROM releases o WHERE o.xmin::text = r.xmin::text AND o.id <> r.id)",
+        )
+        .fetch_one(&mut raw)
+        .await
+        .unwrap();
+        assert!(shared > 0, "no two keyed releases shared a transaction");
+    }
+}
+
 async fn concurrent_releases_never_overspend(backend: Backend) {
     let app = spawn_app(backend).await;
     // Budget for exactly K releases of 0.125 (a grid value, so K·cost is exact).
@@ -1902,6 +2002,7 @@ on_both_backends!(
     analysts_are_confined_to_their_datasets,
     idempotent_retries_return_the_stored_release,
     a_replay_answers_the_original_201,
+    keyed_releases_sent_together_are_charged_once_and_replayed,
     concurrent_releases_never_overspend,
     operational_endpoints,
     baselines_are_discrete_priced_and_projected,

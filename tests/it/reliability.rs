@@ -357,6 +357,178 @@ enum OutageKind {
     Freeze,
 }
 
+/// One key sent at once to three replicas, three times to each, for many keys in turn, while
+/// keyless releases keep every replica's commit slot busy: each key is charged exactly once, its
+/// nine answers are one release (once as itself, eight times replayed, every copy the same
+/// bytes), and the ledger equals the stored releases. Keyed releases shared transactions with
+/// others (`xmin`): the keys were settled inside groups on three replicas at once — copies of a
+/// key in one group, in two replicas' groups, and against releases committing alone — not by
+/// keyed releases committing alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_key_sent_to_three_replicas_at_once_is_charged_once() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    const KEYS: usize = 120;
+    const KEYS_AT_ONCE: usize = 4;
+    const COPIES_PER_REPLICA: usize = 3;
+    let _serial = SERIAL.lock().await;
+    let database_url = crate::common::pg::fresh_database().await;
+    let logs = tempfile::tempdir().unwrap();
+    // One commit slot each: groups form at this modest load.
+    let replicas = start_replicas(
+        3,
+        &database_url,
+        logs.path(),
+        &[("DIRICHLET_DB_COMMIT_SLOTS", "1")],
+    );
+    let addresses: Arc<Vec<String>> = Arc::new(replicas.iter().map(Replica::address).collect());
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .unwrap();
+    // Budgets no run exhausts.
+    let targets = Arc::new(targets(&client, &addresses[0], &[20_000, 20_000]).await);
+    let release = |client: reqwest::Client,
+                   address: String,
+                   target: Target,
+                   index: usize,
+                   key: Option<String>| async move {
+        let mut request = client
+            .post(format!("{address}/v1/datasets/{}/releases", target.id))
+            .bearer_auth(crate::common::app::ADMIN_TOKEN)
+            .json(&crate::common::load::body(index, target.cost));
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        let response = request.send().await.expect("an answer");
+        let status = response.status();
+        let replayed = response.headers().get("idempotent-replayed").is_some();
+        let body: Value = response.json().await.expect("a JSON body");
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        (replayed, crate::common::load::Received::from_json(&body))
+    };
+
+    // Keyless releases on every replica until the keys are done.
+    let stop = Arc::new(AtomicBool::new(false));
+    let keyless = Arc::new(AtomicUsize::new(0));
+    let noise: Vec<_> = (0..6)
+        .map(|c| {
+            let (client, addresses, targets) = (client.clone(), addresses.clone(), targets.clone());
+            let (stop, keyless) = (stop.clone(), keyless.clone());
+            tokio::spawn(async move {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let address = addresses[(c + n) % 3].clone();
+                    let target = targets[(c + n) % 2].clone();
+                    release(
+                        client.clone(),
+                        address,
+                        target,
+                        1_000_000 * (c + 1) + n,
+                        None,
+                    )
+                    .await;
+                    keyless.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..KEYS_AT_ONCE)
+        .map(|_| {
+            let (client, addresses, targets, next) = (
+                client.clone(),
+                addresses.clone(),
+                targets.clone(),
+                next.clone(),
+            );
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= KEYS {
+                        return answers;
+                    }
+                    let target = targets[i % 2].clone();
+                    let copies = (0..3 * COPIES_PER_REPLICA).map(|copy| {
+                        release(
+                            client.clone(),
+                            addresses[copy % 3].clone(),
+                            target.clone(),
+                            i,
+                            Some(format!("one-key-{i}")),
+                        )
+                    });
+                    answers.push((i, futures_join_all(copies).await));
+                }
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for w in workers {
+        answers.extend(w.await.unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    for n in noise {
+        n.await.unwrap();
+    }
+
+    for (i, copies) in &answers {
+        let first = &copies[0].1;
+        assert!(
+            copies.iter().all(|(_, r)| r == first),
+            "one-key-{i}: every copy got the same release"
+        );
+        assert_eq!(
+            copies.iter().filter(|(replayed, _)| !replayed).count(),
+            1,
+            "one-key-{i}: charged once, replayed to the other copies"
+        );
+    }
+    assert_eq!(answers.len(), KEYS);
+    use sqlx::Connection;
+    let mut raw = sqlx::PgConnection::connect(&database_url).await.unwrap();
+    let per_key: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT idempotency_key, count(*) FROM releases \
+          WHERE idempotency_key IS NOT NULL GROUP BY idempotency_key",
+    )
+    .fetch_all(&mut raw)
+    .await
+    .unwrap();
+    assert_eq!(per_key.len(), KEYS);
+    assert!(per_key.iter().all(|(_, n)| *n == 1), "{per_key:?}");
+    let keyless = keyless.load(Ordering::Relaxed) as i64;
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM releases")
+        .fetch_one(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(stored, KEYS as i64 + keyless);
+    assert_eq!(
+        crate::common::load::postgres_inconsistencies(&database_url).await,
+        Vec::<String>::new()
+    );
+    let keyed_in_groups: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM releases r WHERE r.idempotency_key IS NOT NULL AND EXISTS \
+           (SELECT 1 FROM releases o WHERE o.xmin::text = r.xmin::text AND o.id <> r.id)",
+    )
+    .fetch_one(&mut raw)
+    .await
+    .unwrap();
+    assert!(
+        keyed_in_groups > 0,
+        "no keyed release shared a transaction ({keyless} keyless releases): keys kept out of groups"
+    );
+    for r in &replicas {
+        assert_log_clean(r);
+    }
+    report(
+        "one key on three replicas",
+        json!({"keys": KEYS, "copies_per_key": 3 * COPIES_PER_REPLICA, "keyless": keyless,
+               "keyed_sharing_a_transaction": keyed_in_groups}),
+    );
+}
+
 /// Sends `signal` to every process of the throwaway server, by id: the postmaster and its
 /// children (each backend is a session of its own, so the process group would miss them).
 fn signal_server(server: &crate::common::pg::Throwaway, signal: &str) {

@@ -1449,8 +1449,7 @@ async fn connections_refused_during_a_restart_are_unavailable_postgres() {
     let mode = Arc::new(std::sync::Mutex::new(Restart::Up));
     url.set_port(Some(restarting_proxy(upstream, mode.clone()).await))
         .unwrap();
-    let mut charged = 0;
-    for slots in [4, 0] {
+    for (charged, slots) in [(0, 4), (1, 0)] {
         // Connected while the server is up (the migrations check runs); the pool opens its
         // connections on demand, so every commit below needs a new one.
         *mode.lock().unwrap() = Restart::Up;
@@ -1484,7 +1483,6 @@ async fn connections_refused_during_a_restart_are_unavailable_postgres() {
         );
         *mode.lock().unwrap() = Restart::Up;
         committed(commit(&*store, &new_release(d.id, cost(0.25), None)).await);
-        charged += 1;
     }
     assert_eq!(dataset(&*f.store, d.id).await.releases, 2);
 }
@@ -2300,10 +2298,9 @@ async fn one_slot(url: &str) -> Arc<dyn LedgerStore> {
 /// allocation that run out: every member of every group meets the same rules as a release
 /// alone. Each dataset admits exactly what its budget holds, with seqs 1..k, each release's
 /// `spent_after` what the releases before it were charged, and a release log that verifies; the
-/// allocated token stops exactly at its allocation; keyed releases (which commit alone)
-/// interleave; and groups did form, with several releases of one dataset in one of them
-/// (releases written by one transaction share `xmin`), or the test would prove nothing about
-/// them.
+/// allocated token stops exactly at its allocation; keyed releases interleave; and groups did
+/// form, with several releases of one dataset in one of them (releases written by one
+/// transaction share `xmin`), or the test would prove nothing about them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grouped_releases_keep_every_rule_postgres() {
     const DATASETS: usize = 12;
@@ -2583,4 +2580,360 @@ async fn a_group_skips_a_locked_dataset_postgres() {
             );
         }
     }
+}
+
+/// Keyed and keyless releases of many datasets at once through one slot, each keyed request sent
+/// once or three times at once (a client retrying while its first attempt is still in flight),
+/// with budgets, an allocation and the output quota running out: every member meets the same
+/// rules as a release alone. Each dataset admits exactly what its budget or quota holds, seqs
+/// 1..k, each `spent_after` the charges up to it, the allocated token stops at its allocation, the
+/// release log verifies; a keyed request is charged at most once, every copy of it answered with
+/// that one release (or all refused alike); and keyed releases shared transactions with others
+/// (`xmin`), or the test would prove nothing about keys in groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_and_keyless_releases_share_groups_and_keep_every_rule_postgres() {
+    const DATASETS: usize = 8;
+    const PER_DATASET: usize = 12;
+    // The outputs have 3 cells: the quota holds 5 releases per dataset.
+    const QUOTA_RELEASES: usize = 5;
+    let url = pg::fresh_database().await;
+    let store = connect(
+        &url,
+        &StoreOptions {
+            commit_slots: 1,
+            max_stored_cells: 3 * QUOTA_RELEASES as u64,
+            ..options()
+        },
+    )
+    .await
+    .expect("open the PostgreSQL store");
+    let charge = cost(0.125);
+    // Dataset i's budget holds i + 2 releases: the budget binds on the first ones, the quota on
+    // the last ones; "tok_alloc" may spend 3 releases' worth on each.
+    let mut ids = Vec::new();
+    for i in 0..DATASETS {
+        let d = new_dataset(&format!("keyed group {i}"), 0.125 * (i + 2) as f64);
+        ids.push(store.create_dataset(&d).await.unwrap().id);
+    }
+    analyst_token(&*store, "tok_alloc", &ids).await;
+    analyst_token(&*store, "tok_free", &ids).await;
+    let at = Utc::now().trunc_subsecs(6);
+    for id in &ids {
+        store
+            .set_allocation(*id, "tok_alloc", Some(cost(0.375)), "admin", at)
+            .await
+            .unwrap();
+    }
+
+    // (dataset, round, copy): rounds alternate tokens; two rounds in three are keyed, and every
+    // fourth round's request is sent three times.
+    let mut tasks = Vec::new();
+    for round in 0..PER_DATASET {
+        for (i, id) in ids.iter().enumerate() {
+            let token = if round % 2 == 0 {
+                "tok_alloc"
+            } else {
+                "tok_free"
+            };
+            let key = (round % 3 != 2).then(|| format!("k-{i}-{round}"));
+            let copies = if key.is_some() && round % 4 == 0 {
+                3
+            } else {
+                1
+            };
+            for _ in 0..copies {
+                let store = Arc::clone(&store);
+                let mut new = by(token, *id, charge);
+                new.idempotency = key.as_ref().map(|key| Idempotency {
+                    key: key.clone(),
+                    fingerprint: fingerprint(key),
+                });
+                tasks.push(tokio::spawn(async move {
+                    let outcome = store.commit_release(&new).await;
+                    (i, round, new, outcome)
+                }));
+            }
+        }
+    }
+    // Per request: the release it was charged for, and how its copies were answered.
+    let mut charged = std::collections::HashMap::<(usize, usize), Release>::new();
+    let mut answers = std::collections::HashMap::<(usize, usize), Vec<&'static str>>::new();
+    let mut existing = Vec::new();
+    for task in tasks {
+        let (i, round, new, outcome) = task.await.unwrap();
+        let answer = match outcome.expect("no commit fails") {
+            CommitOutcome::Committed { release, budget } => {
+                assert!(budget.spent <= budget.total);
+                assert_eq!(release.spent_after, budget.spent);
+                assert!(
+                    charged.insert((i, round), release).is_none(),
+                    "dataset {i} round {round}: charged twice"
+                );
+                "committed"
+            }
+            CommitOutcome::Existing {
+                release,
+                fingerprint: stored,
+            } => {
+                let key = new.idempotency.as_ref().expect("only a keyed request");
+                assert_eq!(release.idempotency_key.as_deref(), Some(key.key.as_str()));
+                assert_eq!(stored, key.fingerprint);
+                existing.push(((i, round), release));
+                "existing"
+            }
+            CommitOutcome::Exhausted { budget } => {
+                assert!(!budget.admits(charge));
+                assert!(i <= 3, "dataset {i}: its quota binds before its budget");
+                "refused"
+            }
+            CommitOutcome::AllocationExhausted { allocation, budget } => {
+                assert_eq!(new.created_by, "tok_alloc");
+                assert!(!allocation.admits(charge) && budget.admits(charge));
+                "refused"
+            }
+            CommitOutcome::OutputQuotaExceeded { quota } => {
+                assert_eq!(quota, 3 * QUOTA_RELEASES as i64);
+                assert!(i >= 3, "dataset {i}: its budget binds before its quota");
+                "refused"
+            }
+            other => panic!("unexpected {other:?}"),
+        };
+        answers.entry((i, round)).or_default().push(answer);
+    }
+    // A request is charged once and every other copy gets that release, or every copy is refused
+    // (spend, allocation spend and stored cells only grow).
+    for ((i, round), release) in existing {
+        let first = charged.get(&(i, round)).unwrap_or_else(|| {
+            panic!("dataset {i} round {round}: a copy found a release never charged")
+        });
+        assert_eq!(
+            (release.id, release.seq, bits(release.output.values())),
+            (first.id, first.seq, bits(first.output.values()))
+        );
+    }
+    for ((i, round), mut got) in answers {
+        got.sort_unstable();
+        let n = got.len();
+        assert!(
+            got == vec!["refused"; n]
+                || got == [vec!["committed"], vec!["existing"; n - 1]].concat(),
+            "dataset {i} round {round}: {got:?}"
+        );
+    }
+
+    let mut keyed_total = 0;
+    for (i, id) in ids.iter().enumerate() {
+        let capacity = (i + 2).min(QUOTA_RELEASES) as i64;
+        let count = |token: &str| {
+            charged
+                .iter()
+                .filter(|((d, _), r)| *d == i && r.created_by == token)
+                .count() as i64
+        };
+        let (by_alloc, by_free) = (count("tok_alloc"), count("tok_free"));
+        assert!(
+            by_alloc <= 3,
+            "dataset {i}: {by_alloc} under an allocation of 3"
+        );
+        // Six requests of each token: the dataset fills to its capacity.
+        assert_eq!(by_alloc + by_free, capacity, "dataset {i}");
+        let after = dataset(&*store, *id).await;
+        assert_eq!(after.spent.raw(), capacity * charge.raw());
+        assert_eq!(after.releases, capacity);
+        assert_eq!(
+            allocation_of(&*store, *id, "tok_alloc").await.spent.raw(),
+            by_alloc * charge.raw()
+        );
+        let listed = store.list_releases(*id, None, 100).await.unwrap();
+        assert_eq!(
+            listed.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (1..=capacity).rev().collect::<Vec<_>>()
+        );
+        for r in &listed {
+            assert_eq!(r.spent_after.raw(), r.seq * charge.raw(), "dataset {i}");
+        }
+        keyed_total += listed
+            .iter()
+            .filter(|r| r.idempotency_key.is_some())
+            .count();
+        let verdict = verify_log(&*store, *id, 4).await;
+        assert_eq!(
+            (verdict.checked, verdict.failure),
+            (capacity, None),
+            "dataset {i}: the release log verifies"
+        );
+    }
+    assert!(
+        keyed_sharing_a_transaction(&url).await > 0,
+        "no keyed release shared a transaction ({keyed_total} keyed releases): keys kept out of groups"
+    );
+}
+
+/// Keyed releases written by a transaction that also wrote another release.
+async fn keyed_sharing_a_transaction(url: &str) -> i64 {
+    let mut raw = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query_scalar(
+        "SELECT count(*) FROM releases r \
+          WHERE r.idempotency_key IS NOT NULL \
+            AND EXISTS (SELECT 1 FROM releases o WHERE o.xmin::text = r.xmin::text AND o.id <> r.id)",
+    )
+    .fetch_one(&mut raw)
+    .await
+    .unwrap()
+}
+
+/// Transactions rolled back in the database so far, once every other session on it has ended
+/// (`pool` closed, and what is left of it terminated): a backend reports its counts when it ends
+/// at the latest.
+async fn rollbacks_after_closing(url: &str, pool: &sqlx::PgPool) -> i64 {
+    pool.close().await;
+    let mut raw = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+          WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&mut raw)
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (others, rollbacks): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM pg_stat_activity \
+                      WHERE datname = current_database() AND pid <> pg_backend_pid()), \
+                    (SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database())",
+        )
+        .fetch_one(&mut raw)
+        .await
+        .unwrap();
+        if others == 0 {
+            return rollbacks;
+        }
+        assert!(Instant::now() < deadline, "the other sessions ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One key sent many times at once, with other keyed and keyless releases, through one slot:
+/// the copies share a group, the first is charged and the others are answered with its release,
+/// and no statement rolled back — a key repeated in a group is settled inside the group's
+/// statement, not by a unique violation (which would roll the whole group back, or fail each
+/// copy's own statement). A retry afterwards gets the same release; a different body under the
+/// key gets the stored fingerprint (the handler refuses it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_repeated_in_a_group_is_charged_once_without_rolling_back_postgres() {
+    let url = pg::fresh_database().await;
+    let setup = dirichlet_release::store::postgres::PgStore::connect(&url, &options())
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let d = new_dataset(&format!("repeated {i}"), 100.0);
+        ids.push(setup.create_dataset(&d).await.unwrap().id);
+    }
+    let before = rollbacks_after_closing(&url, setup.pool()).await;
+
+    let store = Arc::new(
+        dirichlet_release::store::postgres::PgStore::connect(
+            &url,
+            &StoreOptions {
+                commit_slots: 1,
+                ..options()
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    let mut tasks = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        for k in 0..3 {
+            for _copy in 0..4 {
+                let store = Arc::clone(&store);
+                let new = new_release(*id, cost(0.25), Some(&format!("key-{i}-{k}")));
+                tasks.push(tokio::spawn(async move {
+                    (new.clone(), store.commit_release(&new).await)
+                }));
+            }
+        }
+        for _ in 0..3 {
+            let store = Arc::clone(&store);
+            let new = new_release(*id, cost(0.25), None);
+            tasks.push(tokio::spawn(async move {
+                (new.clone(), store.commit_release(&new).await)
+            }));
+        }
+    }
+    let mut by_key = std::collections::BTreeMap::<String, (Vec<Release>, Vec<Release>)>::new();
+    for task in tasks {
+        let (new, outcome) = task.await.unwrap();
+        let Some(key) = new.idempotency.map(|i| i.key) else {
+            committed(outcome.expect("commit_release"));
+            continue;
+        };
+        let entry = by_key.entry(key.clone()).or_default();
+        match outcome.expect("commit_release") {
+            CommitOutcome::Committed { release, .. } => entry.0.push(release),
+            CommitOutcome::Existing {
+                release,
+                fingerprint: stored,
+            } => {
+                assert_eq!(stored, fingerprint(&key));
+                entry.1.push(release);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(by_key.len(), 12);
+    for (key, (charged, answered)) in &by_key {
+        assert_eq!(charged.len(), 1, "{key}: charged once");
+        assert_eq!(answered.len(), 3, "{key}");
+        for r in answered {
+            assert_eq!(
+                (r.id, r.seq, bits(r.output.values())),
+                (
+                    charged[0].id,
+                    charged[0].seq,
+                    bits(charged[0].output.values())
+                )
+            );
+        }
+    }
+    for id in &ids {
+        let after = dataset(&*store, *id).await;
+        assert_eq!((after.releases, after.spent), (6, cost(1.5)));
+    }
+    assert!(
+        keyed_sharing_a_transaction(&url).await > 0,
+        "no keyed release shared a transaction: keys kept out of groups"
+    );
+
+    // Retries, one at a time: the release each key was charged for, nothing charged again.
+    for (key, (charged, _)) in &by_key {
+        let retry = new_release(charged[0].dataset_id, cost(0.25), Some(key));
+        match commit(&*store, &retry).await {
+            CommitOutcome::Existing {
+                release,
+                fingerprint: stored,
+            } => {
+                assert_eq!(release, charged[0]);
+                assert_eq!(stored, fingerprint(key));
+            }
+            other => panic!("{key}: expected Existing, got {other:?}"),
+        }
+    }
+    // A different request under a stored key: the stored fingerprint, which is not its own.
+    let mut other = new_release(ids[0], cost(0.25), Some("key-0-0"));
+    other.idempotency.as_mut().unwrap().fingerprint = fingerprint("another body");
+    match commit(&*store, &other).await {
+        CommitOutcome::Existing {
+            fingerprint: stored,
+            ..
+        } => assert_ne!(stored, fingerprint("another body")),
+        other => panic!("expected Existing, got {other:?}"),
+    }
+    assert_eq!(dataset(&*store, ids[0]).await.releases, 6);
+    assert_eq!(
+        rollbacks_after_closing(&url, store.pool()).await,
+        before,
+        "a statement rolled back"
+    );
 }
