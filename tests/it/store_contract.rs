@@ -1316,6 +1316,128 @@ async fn cutting_proxy(upstream: std::net::SocketAddr, marker: Vec<u8>) -> u16 {
     port
 }
 
+/// A TCP proxy in front of PostgreSQL that, once a client message carries `marker`, still passes
+/// the client's bytes on but holds back every answer until `release` is notified, then closes
+/// both sides: a statement the database does not answer (a frozen or cut-off server).
+async fn stalling_proxy(
+    upstream: std::net::SocketAddr,
+    marker: Vec<u8>,
+    release: Arc<tokio::sync::Notify>,
+) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let marker = Arc::new(marker);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let (marker, release) = (marker.clone(), release.clone());
+            tokio::spawn(async move {
+                let server = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_server, mut to_server) = server.into_split();
+                let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let muted = stalled.clone();
+                let answers = tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n @ 1..) = from_server.read(&mut buf).await {
+                        if muted.load(std::sync::atomic::Ordering::SeqCst) {
+                            continue;
+                        }
+                        if to_client.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    tokio::select! {
+                        read = from_client.read(&mut buf) => {
+                            let Ok(n @ 1..) = read else { break };
+                            if buf[..n].windows(marker.len()).any(|w| w == &marker[..]) {
+                                stalled.store(true, std::sync::atomic::Ordering::SeqCst);
+                            }
+                            if to_server.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        () = release.notified(), if stalled.load(std::sync::atomic::Ordering::SeqCst) => break,
+                    }
+                }
+                answers.abort();
+            });
+        }
+    });
+    port
+}
+
+/// A release queued behind a group statement the database does not answer is refused after its
+/// queue wait (half the acquire timeout) as unavailable — never sent, nothing charged — while the
+/// statement still hangs: it used to wait for the commit slot as long as the statement did (here
+/// for ever; with a frozen server, up to the commit answer bound, and then 504 for a release that
+/// was never sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_queued_behind_an_unanswered_group_is_refused_in_time_postgres() {
+    let f = postgres().await;
+    let d = f
+        .store
+        .create_dataset(&new_dataset("stalled", 1.0))
+        .await
+        .unwrap();
+    let other = f
+        .store
+        .create_dataset(&new_dataset("queued", 1.0))
+        .await
+        .unwrap();
+    let mut url = url::Url::parse(&f.url).unwrap();
+    let upstream = std::net::SocketAddr::new(
+        url.host_str().unwrap().parse().unwrap(),
+        url.port().unwrap_or(5432),
+    );
+    let stalled = new_release(d.id, cost(0.25), None);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let port = stalling_proxy(upstream, stalled.id.as_bytes().to_vec(), release.clone()).await;
+    url.set_port(Some(port)).unwrap();
+    let store = connect(
+        url.as_str(),
+        &StoreOptions {
+            commit_slots: 1,
+            acquire_timeout: Duration::from_millis(1000),
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    let first = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { store.commit_release(&stalled).await })
+    };
+    // The stalled statement holds the only slot.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!first.is_finished());
+    let queued = new_release(other.id, cost(0.25), None);
+    match tokio::time::timeout(Duration::from_secs(10), store.commit_release(&queued)).await {
+        Ok(Err(StoreError::Unavailable(message))) => {
+            assert!(message.contains("commit slot"), "{message}")
+        }
+        Ok(other) => panic!("expected Unavailable, got {other:?}"),
+        Err(_) => panic!("still queued 10 s behind a statement that is not answered"),
+    }
+    assert!(
+        !first.is_finished(),
+        "the stalled statement is still unanswered"
+    );
+    release.notify_one();
+    assert!(matches!(
+        first.await.unwrap(),
+        Err(StoreError::OutcomeUnknown(_))
+    ));
+    assert_eq!(
+        dataset(&*f.store, other.id).await.releases,
+        0,
+        "nothing charged"
+    );
+}
+
 /// A connection lost once the commit's statement is sent is `OutcomeUnknown` (504), not
 /// `Unavailable` (503, "not charged"): here the statement ran and charged the release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,11 +52,12 @@
 //!   like any other, and its key is stored with it.
 //!
 //! Two replicas racing with one key therefore never roll a group back: the replica whose group
-//! (or release alone) takes the dataset's lock first stores the key; the other's group skips the
-//! locked dataset, or finds the key stored, or finds its snapshot stale, and in the last two cases
-//! its member commits alone or is answered with the stored release. Should the unique index fire
-//! all the same, the group rolls back as a whole and every member commits alone: slower, never
-//! charged twice.
+//! (or release alone) takes the dataset's lock first stores the key. The other's group either
+//! skips the locked dataset (its member commits alone, waits for the lock, and meets the unique
+//! index: [`Answer::KeyConflict`]), or finds the key stored (answered with it), or finds its
+//! snapshot stale (its member commits alone, as in the first case). Should the unique index fire
+//! in a group all the same, the group rolls back as a whole and every member commits alone:
+//! slower, never charged twice.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -194,8 +195,27 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
                 None => return,
             }
         }
-        let Ok(slot) = runner.slots.clone().acquire_owned().await else {
-            return;
+        // A free slot. Meanwhile newcomers queue, and a release that has waited too long is
+        // refused (never sent), even while every slot is held by a statement the database does
+        // not answer (frozen, cut off): its commit's answer stays within the store's bound.
+        let deadline = oldest_deadline(&pending, runner.max_wait);
+        let slot = tokio::select! {
+            biased;
+            slot = runner.slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+            queued = receiver.recv() => {
+                match queued {
+                    Some(queued) => pending.push_back(queued),
+                    None => return,
+                }
+                continue;
+            }
+            () = sleep_until(deadline) => {
+                pending = runner.refuse_expired(pending);
+                continue;
+            }
         };
         // Whatever queued while every slot was busy joins this group.
         while let Ok(queued) = receiver.try_recv() {
@@ -206,12 +226,8 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
         {
             let mut in_flight = runner.in_flight.lock().expect("in_flight lock");
             let mut joined = HashSet::new();
-            for queued in pending.drain(..) {
-                if queued.queued_at.elapsed() > runner.max_wait {
-                    let _ = queued.answer.send(Err(StoreError::Unavailable(
-                        "commit_release: timed out waiting for a commit slot".into(),
-                    )));
-                } else if in_flight.contains(&queued.member.dataset_id)
+            for queued in runner.refuse_expired(std::mem::take(&mut pending)) {
+                if in_flight.contains(&queued.member.dataset_id)
                     && !joined.contains(&queued.member.dataset_id)
                 {
                     // Its dataset is being committed by a running group, which holds the row's
@@ -234,23 +250,14 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
             drop(slot);
             // Everything pending waits for a running group: wake when one ends, when something
             // new arrives, or just after the oldest has waited too long.
-            let deadline = pending
-                .iter()
-                .map(|q| q.queued_at + runner.max_wait + Duration::from_millis(1))
-                .min()
-                .map(tokio::time::Instant::from_std);
+            let deadline = oldest_deadline(&pending, runner.max_wait);
             tokio::select! {
                 () = runner.finished.notified() => {}
                 queued = receiver.recv() => match queued {
                     Some(queued) => pending.push_back(queued),
                     None => return,
                 },
-                () = async {
-                    match deadline {
-                        Some(at) => tokio::time::sleep_until(at).await,
-                        None => std::future::pending().await,
-                    }
-                } => {}
+                () = sleep_until(deadline) => {}
             }
             continue;
         }
@@ -269,7 +276,37 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
     }
 }
 
+/// Just after the longest-waiting of `pending` has waited `max_wait` (`None`: nothing waits).
+fn oldest_deadline(pending: &VecDeque<Queued>, max_wait: Duration) -> Option<tokio::time::Instant> {
+    pending
+        .iter()
+        .map(|q| q.queued_at + max_wait + Duration::from_millis(1))
+        .min()
+        .map(tokio::time::Instant::from_std)
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Runner {
+    /// Answers every release of `pending` that has waited longer than `max_wait` as unavailable
+    /// (it was never sent, so nothing was charged); returns the others, in order.
+    fn refuse_expired(&self, pending: VecDeque<Queued>) -> VecDeque<Queued> {
+        let (expired, waiting): (VecDeque<_>, VecDeque<_>) = pending
+            .into_iter()
+            .partition(|q| q.queued_at.elapsed() > self.max_wait);
+        for queued in expired {
+            let _ = queued.answer.send(Err(StoreError::Unavailable(
+                "commit_release: timed out waiting for a commit slot".into(),
+            )));
+        }
+        waiting
+    }
+
     /// Even a group of one runs the group's statement: it never waits for a lock, so a slot is
     /// never held by a release queueing on another transaction's row lock.
     async fn commit(&self, group: Vec<Queued>) {
