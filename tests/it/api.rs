@@ -872,6 +872,75 @@ async fn keyed_releases_sent_together_are_charged_once_and_replayed(backend: Bac
     }
 }
 
+/// A retry gets its stored release whatever the ledger says now: after the dataset's budget ran
+/// out, after the analyst's allocation ran out (both refused before a draw), and for a large
+/// output (looked up before its draw); the key is settled by the commit otherwise.
+async fn a_retry_is_replayed_after_the_budget_or_the_allocation_ran_out(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let retry = |path: String, token: String, key: &'static str, body: Value| {
+        let app = &app;
+        async move {
+            let response = app.post_with_key(&path, &token, key, &body).await;
+            assert_eq!(response.status(), StatusCode::CREATED, "{key}");
+            let replayed = response.headers().get("idempotent-replayed").is_some();
+            (replayed, response.json::<Value>().await.unwrap())
+        }
+    };
+    // The whole budget in one release, then its retry.
+    let full = app.create_dataset(2.0, 0.5).await;
+    let path = format!("/v1/datasets/{full}/releases");
+    let body = json!({"counts": [4, 5, 6], "epsilon": 0.5});
+    let admin = ADMIN_TOKEN.to_string();
+    let (replayed, first) = retry(path.clone(), admin.clone(), "all-of-it", body.clone()).await;
+    assert!(!replayed);
+    let (replayed, again) = retry(path.clone(), admin.clone(), "all-of-it", body).await;
+    assert!(replayed);
+    assert_eq!(again, first);
+    assert_eq!(app.budget(&full).await["releases"], 1);
+
+    // An analyst's allocation: one release takes it all, the next is refused (so the next
+    // request is checked against the allocation before its draw), the first's retry replayed.
+    let roomy = app.create_dataset(2.0, 4.0).await;
+    let response = app
+        .post("/v1/tokens", ADMIN_TOKEN, &json!({"datasets": [roomy]}))
+        .await;
+    let created: Value = response.json().await.unwrap();
+    let (token_id, analyst) = (
+        created["id"].as_str().unwrap().to_string(),
+        created["token"].as_str().unwrap().to_string(),
+    );
+    let response = app
+        .client
+        .put(app.url(&format!("/v1/datasets/{roomy}/allocations/{token_id}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"epsilon": 0.25}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let path = format!("/v1/datasets/{roomy}/releases");
+    let body = json!({"counts": [1, 2, 3], "epsilon": 0.25});
+    let (_, first) = retry(path.clone(), analyst.clone(), "mine", body.clone()).await;
+    assert_problem(
+        app.post_with_key(&path, &analyst, "more", &body).await,
+        StatusCode::CONFLICT,
+        "allocation-exhausted",
+    )
+    .await;
+    let (replayed, again) = retry(path.clone(), analyst.clone(), "mine", body).await;
+    assert!(replayed);
+    assert_eq!(again, first);
+
+    // A large output.
+    let counts: Vec<u32> = (0..5000).map(|i| i % 7).collect();
+    let body = json!({"counts": counts, "epsilon": 0.25});
+    let (_, first) = retry(path.clone(), admin.clone(), "large", body.clone()).await;
+    let (replayed, again) = retry(path, admin, "large", body).await;
+    assert!(replayed);
+    assert_eq!(again, first);
+    assert_eq!(app.budget(&roomy).await["releases"], 2);
+}
+
 async fn concurrent_releases_never_overspend(backend: Backend) {
     let app = spawn_app(backend).await;
     // Budget for exactly K releases of 0.125 (a grid value, so K·cost is exact).
@@ -2003,6 +2072,7 @@ on_both_backends!(
     idempotent_retries_return_the_stored_release,
     a_replay_answers_the_original_201,
     keyed_releases_sent_together_are_charged_once_and_replayed,
+    a_retry_is_replayed_after_the_budget_or_the_allocation_ran_out,
     concurrent_releases_never_overspend,
     operational_endpoints,
     baselines_are_discrete_priced_and_projected,
