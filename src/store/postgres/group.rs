@@ -486,7 +486,9 @@ pub(super) fn decode(row: &PgRow) -> Result<Answer, StoreError> {
 ///   not locked, and a member whose dataset row was not locked is not joined by `attempted`: such
 ///   members are not `attempted` and commit alone;
 /// - `keys` judges each keyed member of a locked dataset (module docs): whether its key is
-///   `stored` (a plain read: the statement's snapshot), the `first` member of the group with that
+///   `stored` (a plain read: the statement's snapshot; a scalar subquery, so that it is one probe
+///   of the unique index per member, never a hash of the whole table, whatever the planner
+///   believes of its size), the `first` member of the group with that
 ///   key, and whether the dataset is `fresh` (the `release_count` of the row locked in `ledgers`,
 ///   the last committed, equals the snapshot's, so the snapshot shows every stored key);
 ///   `candidates` are the ready members the group may charge: keyless, or keyed with a free key
@@ -538,15 +540,15 @@ WITH RECURSIVE input AS MATERIALIZED (
        FOR UPDATE OF d SKIP LOCKED
 ), keys AS MATERIALIZED (
     SELECT r.ord, r.release_id,
-           EXISTS (SELECT 1 FROM releases s
-                    WHERE s.dataset_id = r.dataset_id AND s.idempotency_key = r.idempotency_key)
-               AS stored,
+           (SELECT true FROM releases s
+             WHERE s.dataset_id = r.dataset_id AND s.idempotency_key = r.idempotency_key)
+               IS NOT NULL AS stored,
            first_value(r.release_id) OVER (PARTITION BY r.dataset_id, r.idempotency_key
                                            ORDER BY r.ord) AS first,
            l.release_count = (SELECT d.release_count FROM datasets d WHERE d.id = l.id) AS fresh
       FROM ready r JOIN ledgers l ON l.id = r.dataset_id
      WHERE r.idempotency_key IS NOT NULL
-), candidates AS MATERIALIZED (
+), candidates AS (
     SELECT r.* FROM ready r LEFT JOIN keys k ON k.ord = r.ord
      WHERE k.ord IS NULL OR (k.fresh AND NOT k.stored AND k.first = k.release_id)
 ), attempted AS MATERIALIZED (
