@@ -1257,72 +1257,14 @@ async fn row_lock_held_elsewhere_is_unavailable_postgres() {
 }
 
 /// A TCP proxy in front of PostgreSQL that, once a client message carries `marker`, still passes
-/// the client's bytes on but swallows every answer, then closes both sides: a connection lost
-/// after a statement was sent, with the statement left to run.
-async fn cutting_proxy(upstream: std::net::SocketAddr, marker: Vec<u8>) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let marker = Arc::new(marker);
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let marker = marker.clone();
-            tokio::spawn(async move {
-                let server = tokio::net::TcpStream::connect(upstream).await.unwrap();
-                let (mut from_client, mut to_client) = client.into_split();
-                let (mut from_server, mut to_server) = server.into_split();
-                let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let muted = cut.clone();
-                let answers = tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    while let Ok(n @ 1..) = from_server.read(&mut buf).await {
-                        if muted.load(std::sync::atomic::Ordering::SeqCst) {
-                            continue;
-                        }
-                        if to_client.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                    to_client
-                });
-                let mut buf = vec![0u8; 64 * 1024];
-                while let Ok(n @ 1..) = from_client.read(&mut buf).await {
-                    let hit = buf[..n].windows(marker.len()).any(|w| w == &marker[..]);
-                    if hit {
-                        cut.store(true, std::sync::atomic::Ordering::SeqCst);
-                    }
-                    if to_server.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                    if hit {
-                        // The rest of the message (Execute, Sync) may follow in another read.
-                        let rest = tokio::time::timeout(
-                            Duration::from_millis(300),
-                            from_client.read(&mut buf),
-                        )
-                        .await;
-                        if let Ok(Ok(n @ 1..)) = rest {
-                            let _ = to_server.write_all(&buf[..n]).await;
-                        }
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        break;
-                    }
-                }
-                answers.abort();
-                // Dropping every half closes both connections.
-            });
-        }
-    });
-    port
-}
-
-/// A TCP proxy in front of PostgreSQL that, once a client message carries `marker`, still passes
-/// the client's bytes on but holds back every answer until `release` is notified, then closes
-/// both sides: a statement the database does not answer (a frozen or cut-off server).
-async fn stalling_proxy(
+/// the client's bytes on but swallows every answer, and closes both sides when `release` is
+/// notified (or, with `cut_after`, that long after the marker): a statement sent and left to run
+/// that the database does not answer (frozen or cut off), then a lost connection.
+async fn muting_proxy(
     upstream: std::net::SocketAddr,
     marker: Vec<u8>,
     release: Arc<tokio::sync::Notify>,
+    cut_after: Option<Duration>,
 ) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -1335,39 +1277,61 @@ async fn stalling_proxy(
                 let server = tokio::net::TcpStream::connect(upstream).await.unwrap();
                 let (mut from_client, mut to_client) = client.into_split();
                 let (mut from_server, mut to_server) = server.into_split();
-                let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let muted = stalled.clone();
-                let answers = tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    while let Ok(n @ 1..) = from_server.read(&mut buf).await {
-                        if muted.load(std::sync::atomic::Ordering::SeqCst) {
-                            continue;
+                let muted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let answers = {
+                    let muted = muted.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while let Ok(n @ 1..) = from_server.read(&mut buf).await {
+                            if muted.load(std::sync::atomic::Ordering::SeqCst) {
+                                continue;
+                            }
+                            if to_client.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
                         }
-                        if to_client.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                });
+                    })
+                };
+                let mut cut_at = None;
                 let mut buf = vec![0u8; 64 * 1024];
                 loop {
+                    let cut = async {
+                        match cut_at {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
                         read = from_client.read(&mut buf) => {
                             let Ok(n @ 1..) = read else { break };
                             if buf[..n].windows(marker.len()).any(|w| w == &marker[..]) {
-                                stalled.store(true, std::sync::atomic::Ordering::SeqCst);
+                                muted.store(true, std::sync::atomic::Ordering::SeqCst);
+                                cut_at = cut_after.map(|after| tokio::time::Instant::now() + after);
                             }
                             if to_server.write_all(&buf[..n]).await.is_err() {
                                 break;
                             }
                         }
-                        () = release.notified(), if stalled.load(std::sync::atomic::Ordering::SeqCst) => break,
+                        () = release.notified(), if muted.load(std::sync::atomic::Ordering::SeqCst) => break,
+                        () = cut => break,
                     }
                 }
                 answers.abort();
+                // Dropping every half closes both connections.
             });
         }
     });
     port
+}
+
+/// A database URL and the address of its server, to put a proxy between them.
+fn upstream_of(url: &str) -> (url::Url, std::net::SocketAddr) {
+    let url = url::Url::parse(url).unwrap();
+    let upstream = std::net::SocketAddr::new(
+        url.host_str().unwrap().parse().unwrap(),
+        url.port().unwrap_or(5432),
+    );
+    (url, upstream)
 }
 
 /// A release queued behind a group statement the database does not answer is refused after its
@@ -1388,14 +1352,11 @@ async fn a_release_queued_behind_an_unanswered_group_is_refused_in_time_postgres
         .create_dataset(&new_dataset("queued", 1.0))
         .await
         .unwrap();
-    let mut url = url::Url::parse(&f.url).unwrap();
-    let upstream = std::net::SocketAddr::new(
-        url.host_str().unwrap().parse().unwrap(),
-        url.port().unwrap_or(5432),
-    );
+    let (mut url, upstream) = upstream_of(&f.url);
     let stalled = new_release(d.id, cost(0.25), None);
     let release = Arc::new(tokio::sync::Notify::new());
-    let port = stalling_proxy(upstream, stalled.id.as_bytes().to_vec(), release.clone()).await;
+    let marker = stalled.id.as_bytes().to_vec();
+    let port = muting_proxy(upstream, marker, release.clone(), None).await;
     url.set_port(Some(port)).unwrap();
     let store = connect(
         url.as_str(),
@@ -1448,14 +1409,12 @@ async fn lost_connection_during_a_commit_is_outcome_unknown_postgres() {
         .create_dataset(&new_dataset("cut", 1.0))
         .await
         .unwrap();
-    let mut url = url::Url::parse(&f.url).unwrap();
-    let upstream = std::net::SocketAddr::new(
-        url.host_str().unwrap().parse().unwrap(),
-        url.port().unwrap_or(5432),
-    );
+    let (mut url, upstream) = upstream_of(&f.url);
     let new = new_release(d.id, cost(0.25), None);
     // The release id travels only in the commit's Bind message (uuids are sent as 16 bytes).
-    let port = cutting_proxy(upstream, new.id.as_bytes().to_vec()).await;
+    let marker = new.id.as_bytes().to_vec();
+    let never = Arc::new(tokio::sync::Notify::new());
+    let port = muting_proxy(upstream, marker, never, Some(Duration::from_millis(800))).await;
     url.set_port(Some(port)).unwrap();
     let through_proxy = connect(url.as_str(), &options()).await.unwrap();
     match through_proxy.commit_release(&new).await {
@@ -1563,11 +1522,7 @@ async fn connections_refused_during_a_restart_are_unavailable_postgres() {
         .create_dataset(&new_dataset("restart", 4.0))
         .await
         .unwrap();
-    let mut url = url::Url::parse(&f.url).unwrap();
-    let upstream = std::net::SocketAddr::new(
-        url.host_str().unwrap().parse().unwrap(),
-        url.port().unwrap_or(5432),
-    );
+    let (mut url, upstream) = upstream_of(&f.url);
     let mode = Arc::new(std::sync::Mutex::new(Restart::Up));
     url.set_port(Some(restarting_proxy(upstream, mode.clone()).await))
         .unwrap();

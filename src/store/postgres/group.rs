@@ -367,66 +367,21 @@ impl Runner {
             .await
             .map_err(|e| GroupError::NotSent(store_error("commit_release", e)))?;
         let result = sqlx::query(COMMIT_GROUP)
-            .bind(members.iter().map(|m| m.dataset_id).collect::<Vec<_>>())
-            .bind(members.iter().map(|m| m.cost).collect::<Vec<_>>())
-            .bind(members.iter().map(|m| m.id).collect::<Vec<_>>())
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.created_by.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.mechanism.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.distribution.as_slice())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(members.iter().map(|m| m.dimension).collect::<Vec<_>>())
-            .bind(members.iter().map(|m| m.table_rows).collect::<Vec<_>>())
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.label.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.link_prefix.as_slice())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.link_suffix.as_slice())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.row_names.as_deref())
-                    .collect::<Vec<_>>(),
-            )
+            .bind(column(members, |m| m.dataset_id))
+            .bind(column(members, |m| m.cost))
+            .bind(column(members, |m| m.id))
+            .bind(column(members, |m| m.created_by.as_str()))
+            .bind(column(members, |m| m.mechanism.as_str()))
+            .bind(column(members, |m| m.distribution.as_slice()))
+            .bind(column(members, |m| m.dimension))
+            .bind(column(members, |m| m.table_rows))
+            .bind(column(members, |m| m.label.as_deref()))
+            .bind(column(members, |m| m.link_prefix.as_slice()))
+            .bind(column(members, |m| m.link_suffix.as_slice()))
+            .bind(column(members, |m| m.row_names.as_deref()))
             .bind(self.max_stored_cells)
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.idempotency_key.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.fingerprint.as_deref())
-                    .collect::<Vec<_>>(),
-            )
+            .bind(column(members, |m| m.idempotency_key.as_deref()))
+            .bind(column(members, |m| m.fingerprint.as_deref()))
             .fetch_all(&mut *conn)
             .await;
         drop(conn);
@@ -435,6 +390,11 @@ impl Runner {
             Err(unknown) => GroupError::Unknown(unknown),
         })
     }
+}
+
+/// One of the statement's array parameters: a field of every member, in order.
+fn column<'a, T>(members: &'a [Member], field: impl Fn(&'a Member) -> T) -> Vec<T> {
+    members.iter().map(field).collect()
 }
 
 enum GroupError {
