@@ -2371,6 +2371,67 @@ async fn one_slot(url: &str) -> Arc<dyn LedgerStore> {
     .expect("open the PostgreSQL store")
 }
 
+/// Datasets holding `budgets` (in ε at order 8), an analyst token "tok_free" and one "tok_alloc"
+/// with an allocation of 0.375 on each.
+async fn datasets_for_two_analysts(
+    store: &dyn LedgerStore,
+    name: &str,
+    budgets: impl Iterator<Item = f64>,
+) -> Vec<Uuid> {
+    let mut ids = Vec::new();
+    for (i, budget) in budgets.enumerate() {
+        let d = new_dataset(&format!("{name} {i}"), budget);
+        ids.push(store.create_dataset(&d).await.unwrap().id);
+    }
+    analyst_token(store, "tok_alloc", &ids).await;
+    analyst_token(store, "tok_free", &ids).await;
+    let at = Utc::now().trunc_subsecs(6);
+    for id in &ids {
+        store
+            .set_allocation(*id, "tok_alloc", Some(cost(0.375)), "admin", at)
+            .await
+            .unwrap();
+    }
+    ids
+}
+
+/// Dataset `id` (the `i`th) after releases of `charge` each, `by_alloc` of them by "tok_alloc"
+/// (at most 3: its allocation) and `by_free` by "tok_free": the ledger, the allocation's spend,
+/// seqs 1..n, each release's `spent_after` the charges up to it (as if each had committed alone),
+/// and a release log that verifies. Returns the releases, newest first.
+async fn assert_every_rule_held(
+    store: &dyn LedgerStore,
+    (i, id): (usize, Uuid),
+    charge: Units,
+    by_alloc: i64,
+    by_free: i64,
+) -> Vec<Release> {
+    assert!(
+        by_alloc <= 3,
+        "dataset {i}: {by_alloc} releases under an allocation of 3"
+    );
+    let after = dataset(store, id).await;
+    assert_eq!(after.spent.raw(), (by_alloc + by_free) * charge.raw());
+    assert_eq!(after.releases, by_alloc + by_free);
+    let allocation = allocation_of(store, id, "tok_alloc").await;
+    assert_eq!(allocation.spent.raw(), by_alloc * charge.raw());
+    let listed = store.list_releases(id, None, 100).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (1..=after.releases).rev().collect::<Vec<_>>()
+    );
+    for r in &listed {
+        assert_eq!(r.spent_after.raw(), r.seq * charge.raw(), "dataset {i}");
+    }
+    let verdict = verify_log(store, id, 7).await;
+    assert_eq!(
+        (verdict.checked, verdict.failure),
+        (after.releases, None),
+        "dataset {i}: the release log verifies"
+    );
+    listed
+}
+
 /// Many releases over many datasets at once, through one commit slot, with budgets and an
 /// allocation that run out: every member of every group meets the same rules as a release
 /// alone. Each dataset admits exactly what its budget holds, with seqs 1..k, each release's
@@ -2387,24 +2448,12 @@ async fn grouped_releases_keep_every_rule_postgres() {
     let charge = cost(0.125);
     // Dataset i holds i + 2 releases (so most refuse some); the token "tok_alloc" may spend 3
     // releases' worth on each dataset.
-    let mut datasets = Vec::new();
-    for i in 0..DATASETS {
-        let d = store
-            .create_dataset(&new_dataset(&format!("group {i}"), 0.125 * (i + 2) as f64))
-            .await
-            .unwrap();
-        datasets.push(d);
-    }
-    let ids: Vec<Uuid> = datasets.iter().map(|d| d.id).collect();
-    analyst_token(&*store, "tok_alloc", &ids).await;
-    analyst_token(&*store, "tok_free", &ids).await;
-    let at = Utc::now().trunc_subsecs(6);
-    for id in &ids {
-        store
-            .set_allocation(*id, "tok_alloc", Some(cost(0.375)), "admin", at)
-            .await
-            .unwrap();
-    }
+    let ids = datasets_for_two_analysts(
+        &*store,
+        "group",
+        (0..DATASETS).map(|i| 0.125 * (i + 2) as f64),
+    )
+    .await;
 
     let mut tasks = Vec::new();
     for round in 0..PER_DATASET {
@@ -2455,45 +2504,16 @@ async fn grouped_releases_keep_every_rule_postgres() {
     }
     let mut shared_in_a_dataset = false;
     let mut total_committed = 0;
-    for (i, d) in datasets.iter().enumerate() {
+    for (i, id) in ids.iter().enumerate() {
         let capacity = (i + 2) as i64;
-        let by_alloc = admitted
-            .get(&(d.id, "tok_alloc".into()))
-            .copied()
-            .unwrap_or(0);
-        let by_free = admitted
-            .get(&(d.id, "tok_free".into()))
-            .copied()
-            .unwrap_or(0);
-        assert!(
-            by_alloc <= 3,
-            "dataset {i}: {by_alloc} releases under an allocation of 3"
-        );
+        let count = |token: &str| admitted.get(&(*id, token.into())).copied().unwrap_or(0);
+        let (by_alloc, by_free) = (count("tok_alloc"), count("tok_free"));
         // Six releases of each token were asked for: the dataset fills to its capacity unless the
         // allocation stopped the first token first.
         assert_eq!(by_alloc + by_free, capacity.min(3 + 6), "dataset {i}");
-        let after = dataset(&*store, d.id).await;
-        assert_eq!(after.spent.raw(), (by_alloc + by_free) * charge.raw());
-        assert_eq!(after.releases, by_alloc + by_free);
-        let allocation = allocation_of(&*store, d.id, "tok_alloc").await;
-        assert_eq!(allocation.spent.raw(), by_alloc * charge.raw());
-        let listed = store.list_releases(d.id, None, 100).await.unwrap();
-        assert_eq!(
-            listed.iter().map(|r| r.seq).collect::<Vec<_>>(),
-            (1..=after.releases).rev().collect::<Vec<_>>()
-        );
-        // Every release was charged after the ones before it, as if each had committed alone.
-        for r in &listed {
-            assert_eq!(r.spent_after.raw(), r.seq * charge.raw(), "dataset {i}");
-        }
-        shared_in_a_dataset |= transactions(&url, Some(d.id)).await < listed.len();
+        let listed = assert_every_rule_held(&*store, (i, *id), charge, by_alloc, by_free).await;
+        shared_in_a_dataset |= transactions(&url, Some(*id)).await < listed.len();
         total_committed += listed.len();
-        let verdict = verify_log(&*store, d.id, 7).await;
-        assert_eq!(
-            (verdict.checked, verdict.failure),
-            (after.releases, None),
-            "dataset {i}: the release log verifies"
-        );
     }
     assert_eq!(total_committed + refused, DATASETS * PER_DATASET);
     assert!(
@@ -2687,20 +2707,12 @@ async fn keyed_and_keyless_releases_share_groups_and_keep_every_rule_postgres() 
     let charge = cost(0.125);
     // Dataset i's budget holds i + 2 releases: the budget binds on the first ones, the quota on
     // the last ones; "tok_alloc" may spend 3 releases' worth on each.
-    let mut ids = Vec::new();
-    for i in 0..DATASETS {
-        let d = new_dataset(&format!("keyed group {i}"), 0.125 * (i + 2) as f64);
-        ids.push(store.create_dataset(&d).await.unwrap().id);
-    }
-    analyst_token(&*store, "tok_alloc", &ids).await;
-    analyst_token(&*store, "tok_free", &ids).await;
-    let at = Utc::now().trunc_subsecs(6);
-    for id in &ids {
-        store
-            .set_allocation(*id, "tok_alloc", Some(cost(0.375)), "admin", at)
-            .await
-            .unwrap();
-    }
+    let ids = datasets_for_two_analysts(
+        &*store,
+        "keyed group",
+        (0..DATASETS).map(|i| 0.125 * (i + 2) as f64),
+    )
+    .await;
 
     // (dataset, round, copy): rounds alternate tokens; two rounds in three are keyed, and every
     // fourth round's request is sent three times.
@@ -2808,37 +2820,13 @@ async fn keyed_and_keyless_releases_share_groups_and_keep_every_rule_postgres() 
                 .count() as i64
         };
         let (by_alloc, by_free) = (count("tok_alloc"), count("tok_free"));
-        assert!(
-            by_alloc <= 3,
-            "dataset {i}: {by_alloc} under an allocation of 3"
-        );
         // Six requests of each token: the dataset fills to its capacity.
         assert_eq!(by_alloc + by_free, capacity, "dataset {i}");
-        let after = dataset(&*store, *id).await;
-        assert_eq!(after.spent.raw(), capacity * charge.raw());
-        assert_eq!(after.releases, capacity);
-        assert_eq!(
-            allocation_of(&*store, *id, "tok_alloc").await.spent.raw(),
-            by_alloc * charge.raw()
-        );
-        let listed = store.list_releases(*id, None, 100).await.unwrap();
-        assert_eq!(
-            listed.iter().map(|r| r.seq).collect::<Vec<_>>(),
-            (1..=capacity).rev().collect::<Vec<_>>()
-        );
-        for r in &listed {
-            assert_eq!(r.spent_after.raw(), r.seq * charge.raw(), "dataset {i}");
-        }
+        let listed = assert_every_rule_held(&*store, (i, *id), charge, by_alloc, by_free).await;
         keyed_total += listed
             .iter()
             .filter(|r| r.idempotency_key.is_some())
             .count();
-        let verdict = verify_log(&*store, *id, 4).await;
-        assert_eq!(
-            (verdict.checked, verdict.failure),
-            (capacity, None),
-            "dataset {i}: the release log verifies"
-        );
     }
     assert!(
         keyed_sharing_a_transaction(&url).await > 0,
