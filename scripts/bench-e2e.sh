@@ -251,6 +251,8 @@ for rep in $(seq 1 "$REPS"); do
   run_pgbench ceiling_txn_hot "$work/txn_hot.sql"
   run_pgbench ceiling_cte_hot "$work/cte_hot.sql"
   each_variant service_hot "$hot" 0 "$CONNS" 0
+  # What careful clients send: a fresh Idempotency-Key with every release.
+  each_variant service_hot_keyed "$hot" 0 "$CONNS" 1
   # The hot ceiling again with as many clients as the service has database connections: the
   # service queues its 64 HTTP connections in front of a pool of POOL, so at most POOL
   # transactions wait on the row lock, while 64 pgbench clients all do. Reported, not a target.
@@ -296,7 +298,7 @@ if len(variants) > 1:
     base = variants[0]
     lines.append(f"\nA/B, each variant's req/s over {base}'s in the same repetition (median over reps; each rep):")
     for v in variants[1:]:
-        for w in ["service_spread", "service_spread_keyed", "service_hot"]:
+        for w in ["service_spread", "service_spread_keyed", "service_hot", "service_hot_keyed"]:
             ratios = [by[(rep, f"{w}@{v}")]["rps"] / by[(rep, f"{w}@{base}")]["rps"] for rep in reps]
             lines.append(f"- {w}: {v} / {base} = {statistics.median(ratios):.2f} ({', '.join(f'{x:.2f}' for x in ratios)})")
 with open(path, "w") as f:
@@ -313,6 +315,10 @@ for sfx in suffixes:
         (f"spread{sfx} >= 0.7x ceiling (median over reps)", med("service_spread", "ratio_txn") >= 0.7),
         (f"hot{sfx} >= 0.5x ceiling (median over reps)", med("service_hot", "ratio_txn") >= 0.5),
         (f"p99 <= 25 ms at half load{sfx} (median over reps)", med("service_spread_half", "p99_ms") <= 25.0),
+        (f"keyed spread{sfx} >= 1.0x one-statement ceiling (median over reps)", med("service_spread_keyed", "ratio_cte") >= 1.0),
+        (f"keyed spread{sfx} within 20% of keyless (median over reps)",
+         statistics.median(by[(rep, "service_spread_keyed" + sfx)]["rps"] / by[(rep, "service_spread" + sfx)]["rps"] for rep in reps) >= 0.8),
+        (f"keyed hot{sfx} >= 5x ceiling (median over reps)", med("service_hot_keyed", "ratio_txn") >= 5.0),
     ]
 checks.append(("zero errors", all(r["non2xx"] + r.get("socket_errors", 0) == 0 for r in rows if r["kind"] == "service")))
 print()

@@ -348,7 +348,8 @@ pub struct LedgerSummary {
 /// past its timeout (→ 503 with Retry-After); `OutcomeUnknown` is a commit that may or may not
 /// have happened: the connection was lost (or the driver failed) after the commit was sent, so
 /// no answer from the database says which (→ 504); `Corrupt` is a stored value the ledger
-/// cannot interpret; `Internal` is anything else. Messages never contain request data.
+/// cannot interpret; `Internal` is anything else. Messages never contain request data. `Clone`,
+/// so that the members of a group commit can each be given the group's error.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("database unavailable: {0}")]

@@ -120,6 +120,12 @@ pub(crate) fn store_error(context: &str, error: sqlx::Error) -> StoreError {
         E::Tls(_) => {
             StoreError::Unavailable(format!("{context}: TLS error talking to the database"))
         }
+        // The driver could not make sense of what came over the connection (e.g. a server going
+        // away mid-message): that connection is unusable, a fresh one may work. A commit whose
+        // statement was sent never gets here (`postgres::outcome_of` makes it unknown first).
+        E::Protocol(_) => {
+            StoreError::Unavailable(format!("{context}: protocol error talking to the database"))
+        }
         E::Database(db) => database_error(context, db.as_ref()),
         E::ColumnDecode { index, .. } => StoreError::Corrupt(format!(
             "{context}: stored column {index} cannot be decoded"
@@ -170,8 +176,9 @@ fn postgres_error(context: &str, pg: &sqlx::postgres::PgDatabaseError) -> StoreE
     let unavailable = matches!(class, "08" | "53")
         || matches!(
             code,
-            // shutdown, crash, cannot connect now
-            "57P01" | "57P02" | "57P03"
+            // shutdown, crash, cannot connect now, database dropped, idle-session timeout:
+            // the session ended
+            "57P01" | "57P02" | "57P03" | "57P04" | "57P05"
             // serialization failure, deadlock: the transaction did nothing and may be retried
             | "40001" | "40P01"
             // read-only transaction (a standby or default_transaction_read_only)

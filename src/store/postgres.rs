@@ -125,7 +125,7 @@ pub struct PgStore {
     max_stored_cells: i64,
     /// See [`LedgerStore::commit_answer_bound`].
     commit_answer_bound: Duration,
-    /// Group commit for keyless releases; `None` when `StoreOptions::commit_slots` is 0.
+    /// Group commit; `None` when `StoreOptions::commit_slots` is 0.
     groups: Option<Groups>,
 }
 
@@ -314,8 +314,8 @@ fn commit_answer_bound(acquire_timeout: Duration) -> Duration {
     acquire_timeout.saturating_mul(2).saturating_add(statement)
 }
 
-/// One release, alone, with `COMMIT_RELEASE`: a keyed release, a group of one, or a member its
-/// group handed back. Waits for the rows' locks.
+/// One release, alone, with `COMMIT_RELEASE`: every release when group commit is off, else a
+/// member its group handed back. Waits for the rows' locks.
 async fn commit_alone(
     pool: &sqlx::PgPool,
     m: &Member,
@@ -362,9 +362,28 @@ async fn commit_alone(
 /// rolled back) or nothing was sent; `Err` when the connection failed once the statement may
 /// have been sent — a TLS or protocol failure, the connection lost — leaving no answer saying
 /// whether it committed.
+///
+/// An error answer means the statement did not commit. An error inside the statement or its
+/// implicit COMMIT aborts it. A FATAL that ends the session (`57P01` at a fast shutdown or from
+/// `pg_terminate_backend`, `57P05` an idle-session timeout) is acted on only where the statement
+/// can still abort (the commit itself holds interrupts) or once the backend waits for its client,
+/// after the statement's whole answer: so it either aborted the statement, or was sent while the
+/// connection sat idle in the pool, before the statement arrived, and is what the driver reads
+/// as its answer. A backend killed without that (an immediate shutdown, a crash: a warning, then
+/// the connection ends) is a lost connection, unknown. The exception is a PANIC: the server
+/// crashes, and recovery replays a commit record already written.
 fn outcome_of(e: sqlx::Error) -> Result<sqlx::Error, String> {
     const CONTEXT: &str = "commit_release";
     match e {
+        sqlx::Error::Database(db)
+            if db
+                .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                .is_some_and(|pg| pg.severity() == sqlx::postgres::PgSeverity::Panic) =>
+        {
+            Err(format!(
+                "{CONTEXT}: the database server crashed (PANIC) while answering"
+            ))
+        }
         e @ (sqlx::Error::Database(_)
         | sqlx::Error::Encode(_)
         | sqlx::Error::TypeNotFound { .. }
@@ -449,12 +468,12 @@ impl LedgerStore for PgStore {
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
         const CONTEXT: &str = "commit_release";
         // No read of the key first: the release handler has just looked it up, so a stored key
-        // is rare here and costs one failed statement (the unique violation) plus a read, while
+        // is rare here and costs a read after the statement (which checks the key itself), while
         // every keyed release saves a round trip.
         let member = self.member(new)?;
         let answer = match &self.groups {
-            Some(groups) if new.idempotency.is_none() => groups.commit(member).await?,
-            _ => commit_alone(&self.pool, &member, self.max_stored_cells).await?,
+            Some(groups) => groups.commit(member).await?,
+            None => commit_alone(&self.pool, &member, self.max_stored_cells).await?,
         };
         let answer = match answer {
             Answer::Alone(member) => {
@@ -472,7 +491,8 @@ impl LedgerStore for PgStore {
                 budget,
             }),
             Answer::Refused { allocation } => self.refused(new, allocation).await,
-            // A concurrent request with the same key committed first; this one charged nothing.
+            // A request with the same key committed first (before, concurrently, or earlier in
+            // the same group); this one charged nothing.
             Answer::KeyConflict => {
                 let key = new.idempotency.as_ref().map_or("", |i| i.key.as_str());
                 match self.fetch_keyed(CONTEXT, new.dataset_id, key).await? {

@@ -772,6 +772,175 @@ async fn a_replay_answers_the_original_201(backend: Backend) {
     assert_eq!(app.budget(&id).await, now, "the replay charged nothing");
 }
 
+/// Keyed releases sent together, each key twice at once (a client retrying while its first
+/// attempt is still in flight): one charge per key, both answers the same 201 body (one marked
+/// replayed); a retry later gets that body again; the key with another body is refused and
+/// charges nothing. On PostgreSQL, through one commit slot, the keyed releases committed in
+/// groups (releases written by one transaction share `xmin`): replay and refusal are the same
+/// for a key stored by a group.
+async fn keyed_releases_sent_together_are_charged_once_and_replayed(backend: Backend) {
+    const KEYS: usize = 8;
+    let app = spawn_app_with(backend, |s| s.db_commit_slots = 1).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(app.create_dataset(2.0, 10.0).await);
+    }
+    let mut handles = Vec::new();
+    for (d, id) in ids.iter().enumerate() {
+        for k in 0..KEYS {
+            for _copy in 0..2 {
+                let (client, url) = (
+                    app.client.clone(),
+                    app.url(&format!("/v1/datasets/{id}/releases")),
+                );
+                handles.push(tokio::spawn(async move {
+                    let r = client
+                        .post(url)
+                        .bearer_auth(ADMIN_TOKEN)
+                        .header("Idempotency-Key", format!("burst-{d}-{k}"))
+                        .json(&json!({"counts": [k + 1, 2, 3], "epsilon": 0.125}))
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(r.status(), StatusCode::CREATED);
+                    let replayed = r.headers().get("idempotent-replayed").is_some();
+                    ((d, k), replayed, r.json::<Value>().await.unwrap())
+                }));
+            }
+        }
+    }
+    let mut answers = std::collections::BTreeMap::<(usize, usize), Vec<(bool, Value)>>::new();
+    for h in handles {
+        let (key, replayed, body) = h.await.unwrap();
+        answers.entry(key).or_default().push((replayed, body));
+    }
+    for ((d, k), got) in &answers {
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].1, got[1].1, "burst-{d}-{k}: the same 201 body");
+        assert_eq!(
+            got.iter().filter(|(replayed, _)| *replayed).count(),
+            1,
+            "burst-{d}-{k}: one answer is the release, the other its replay"
+        );
+    }
+    for id in &ids {
+        assert_eq!(app.budget(id).await["releases"], KEYS);
+    }
+    // Retries, one at a time: the same 201 body, nothing charged.
+    for ((d, k), got) in &answers {
+        let again = app
+            .post_with_key(
+                &format!("/v1/datasets/{}/releases", ids[*d]),
+                ADMIN_TOKEN,
+                &format!("burst-{d}-{k}"),
+                &json!({"counts": [k + 1, 2, 3], "epsilon": 0.125}),
+            )
+            .await;
+        assert_eq!(again.status(), StatusCode::CREATED);
+        assert_eq!(again.headers()["idempotent-replayed"], "true");
+        assert_eq!(again.json::<Value>().await.unwrap(), got[0].1);
+    }
+    // The key with another body.
+    assert_problem(
+        app.post_with_key(
+            &format!("/v1/datasets/{}/releases", ids[0]),
+            ADMIN_TOKEN,
+            "burst-0-0",
+            &json!({"counts": [9, 9, 9], "epsilon": 0.125}),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency-key-reused",
+    )
+    .await;
+    for id in &ids {
+        assert_eq!(app.budget(id).await["releases"], KEYS);
+    }
+    if backend == Backend::Postgres {
+        use sqlx::Connection;
+        let mut raw = sqlx::PgConnection::connect(&app.database_url)
+            .await
+            .unwrap();
+        let shared: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM releases r WHERE EXISTS \
+               (SELECT 1 FROM releases o WHERE o.xmin::text = r.xmin::text AND o.id <> r.id)",
+        )
+        .fetch_one(&mut raw)
+        .await
+        .unwrap();
+        assert!(shared > 0, "no two keyed releases shared a transaction");
+    }
+}
+
+/// A retry gets its stored release whatever the ledger says now: after the dataset's budget ran
+/// out, after the analyst's allocation ran out (both refused before a draw), and for a large
+/// output (looked up before its draw); the key is settled by the commit otherwise.
+async fn a_retry_is_replayed_after_the_budget_or_the_allocation_ran_out(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let retry = |path: String, token: String, key: &'static str, body: Value| {
+        let app = &app;
+        async move {
+            let response = app.post_with_key(&path, &token, key, &body).await;
+            assert_eq!(response.status(), StatusCode::CREATED, "{key}");
+            let replayed = response.headers().get("idempotent-replayed").is_some();
+            (replayed, response.json::<Value>().await.unwrap())
+        }
+    };
+    // The whole budget in one release, then its retry.
+    let full = app.create_dataset(2.0, 0.5).await;
+    let path = format!("/v1/datasets/{full}/releases");
+    let body = json!({"counts": [4, 5, 6], "epsilon": 0.5});
+    let admin = ADMIN_TOKEN.to_string();
+    let (replayed, first) = retry(path.clone(), admin.clone(), "all-of-it", body.clone()).await;
+    assert!(!replayed);
+    let (replayed, again) = retry(path.clone(), admin.clone(), "all-of-it", body).await;
+    assert!(replayed);
+    assert_eq!(again, first);
+    assert_eq!(app.budget(&full).await["releases"], 1);
+
+    // An analyst's allocation: one release takes it all, the next is refused (so the next
+    // request is checked against the allocation before its draw), the first's retry replayed.
+    let roomy = app.create_dataset(2.0, 4.0).await;
+    let response = app
+        .post("/v1/tokens", ADMIN_TOKEN, &json!({"datasets": [roomy]}))
+        .await;
+    let created: Value = response.json().await.unwrap();
+    let (token_id, analyst) = (
+        created["id"].as_str().unwrap().to_string(),
+        created["token"].as_str().unwrap().to_string(),
+    );
+    let response = app
+        .client
+        .put(app.url(&format!("/v1/datasets/{roomy}/allocations/{token_id}")))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"epsilon": 0.25}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let path = format!("/v1/datasets/{roomy}/releases");
+    let body = json!({"counts": [1, 2, 3], "epsilon": 0.25});
+    let (_, first) = retry(path.clone(), analyst.clone(), "mine", body.clone()).await;
+    assert_problem(
+        app.post_with_key(&path, &analyst, "more", &body).await,
+        StatusCode::CONFLICT,
+        "allocation-exhausted",
+    )
+    .await;
+    let (replayed, again) = retry(path.clone(), analyst.clone(), "mine", body).await;
+    assert!(replayed);
+    assert_eq!(again, first);
+
+    // A large output.
+    let counts: Vec<u32> = (0..5000).map(|i| i % 7).collect();
+    let body = json!({"counts": counts, "epsilon": 0.25});
+    let (_, first) = retry(path.clone(), admin.clone(), "large", body.clone()).await;
+    let (replayed, again) = retry(path, admin, "large", body).await;
+    assert!(replayed);
+    assert_eq!(again, first);
+    assert_eq!(app.budget(&roomy).await["releases"], 2);
+}
+
 async fn concurrent_releases_never_overspend(backend: Backend) {
     let app = spawn_app(backend).await;
     // Budget for exactly K releases of 0.125 (a grid value, so K·cost is exact).
@@ -2206,6 +2375,8 @@ on_both_backends!(
     analysts_are_confined_to_their_datasets,
     idempotent_retries_return_the_stored_release,
     a_replay_answers_the_original_201,
+    keyed_releases_sent_together_are_charged_once_and_replayed,
+    a_retry_is_replayed_after_the_budget_or_the_allocation_ran_out,
     concurrent_releases_never_overspend,
     operational_endpoints,
     baselines_are_discrete_priced_and_projected,

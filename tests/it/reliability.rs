@@ -355,6 +355,182 @@ enum OutageKind {
     /// Every process of the server is stopped with SIGSTOP: connections are accepted by the
     /// kernel and then nothing answers, the worst case for a client.
     Freeze,
+    /// The server restarted this many times, `outage` apart, by fast and immediate shutdowns in
+    /// turn (`pg_ctl restart -m fast` / `-m immediate`): connections are cut at every step of
+    /// their life, and between restarts the server serves.
+    Restarts(usize),
+}
+
+/// One key sent at once to three replicas, three times to each, for many keys in turn, while
+/// keyless releases keep every replica's commit slot busy: each key is charged exactly once, its
+/// nine answers are one release (once as itself, eight times replayed, every copy the same
+/// bytes), and the ledger equals the stored releases. Keyed releases shared transactions with
+/// others (`xmin`): the keys were settled inside groups on three replicas at once — copies of a
+/// key in one group, in two replicas' groups, and against releases committing alone — not by
+/// keyed releases committing alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_key_sent_to_three_replicas_at_once_is_charged_once() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    const KEYS: usize = 120;
+    const KEYS_AT_ONCE: usize = 4;
+    const COPIES_PER_REPLICA: usize = 3;
+    let _serial = SERIAL.lock().await;
+    let database_url = crate::common::pg::fresh_database().await;
+    let logs = tempfile::tempdir().unwrap();
+    // One commit slot each: groups form at this modest load.
+    let replicas = start_replicas(
+        3,
+        &database_url,
+        logs.path(),
+        &[("DIRICHLET_DB_COMMIT_SLOTS", "1")],
+    );
+    let addresses: Arc<Vec<String>> = Arc::new(replicas.iter().map(Replica::address).collect());
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .unwrap();
+    // Budgets no run exhausts.
+    let targets = Arc::new(targets(&client, &addresses[0], &[20_000, 20_000]).await);
+    let release = |client: reqwest::Client,
+                   address: String,
+                   target: Target,
+                   index: usize,
+                   key: Option<String>| async move {
+        let mut request = client
+            .post(format!("{address}/v1/datasets/{}/releases", target.id))
+            .bearer_auth(crate::common::app::ADMIN_TOKEN)
+            .json(&crate::common::load::body(index, target.cost));
+        if let Some(key) = key {
+            request = request.header("Idempotency-Key", key);
+        }
+        let response = request.send().await.expect("an answer");
+        let status = response.status();
+        let replayed = response.headers().get("idempotent-replayed").is_some();
+        let body: Value = response.json().await.expect("a JSON body");
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        (replayed, crate::common::load::Received::from_json(&body))
+    };
+
+    // Keyless releases on every replica until the keys are done.
+    let stop = Arc::new(AtomicBool::new(false));
+    let keyless = Arc::new(AtomicUsize::new(0));
+    let noise: Vec<_> = (0..6)
+        .map(|c| {
+            let (client, addresses, targets) = (client.clone(), addresses.clone(), targets.clone());
+            let (stop, keyless) = (stop.clone(), keyless.clone());
+            tokio::spawn(async move {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let address = addresses[(c + n) % 3].clone();
+                    let target = targets[(c + n) % 2].clone();
+                    release(
+                        client.clone(),
+                        address,
+                        target,
+                        1_000_000 * (c + 1) + n,
+                        None,
+                    )
+                    .await;
+                    keyless.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+
+    let next = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..KEYS_AT_ONCE)
+        .map(|_| {
+            let (client, addresses, targets, next) = (
+                client.clone(),
+                addresses.clone(),
+                targets.clone(),
+                next.clone(),
+            );
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= KEYS {
+                        return answers;
+                    }
+                    let target = targets[i % 2].clone();
+                    let copies = (0..3 * COPIES_PER_REPLICA).map(|copy| {
+                        release(
+                            client.clone(),
+                            addresses[copy % 3].clone(),
+                            target.clone(),
+                            i,
+                            Some(format!("one-key-{i}")),
+                        )
+                    });
+                    answers.push((i, futures_join_all(copies).await));
+                }
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for w in workers {
+        answers.extend(w.await.unwrap());
+    }
+    stop.store(true, Ordering::Relaxed);
+    for n in noise {
+        n.await.unwrap();
+    }
+
+    for (i, copies) in &answers {
+        let first = &copies[0].1;
+        assert!(
+            copies.iter().all(|(_, r)| r == first),
+            "one-key-{i}: every copy got the same release"
+        );
+        assert_eq!(
+            copies.iter().filter(|(replayed, _)| !replayed).count(),
+            1,
+            "one-key-{i}: charged once, replayed to the other copies"
+        );
+    }
+    assert_eq!(answers.len(), KEYS);
+    use sqlx::Connection;
+    let mut raw = sqlx::PgConnection::connect(&database_url).await.unwrap();
+    let per_key: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT idempotency_key, count(*) FROM releases \
+          WHERE idempotency_key IS NOT NULL GROUP BY idempotency_key",
+    )
+    .fetch_all(&mut raw)
+    .await
+    .unwrap();
+    assert_eq!(per_key.len(), KEYS);
+    assert!(per_key.iter().all(|(_, n)| *n == 1), "{per_key:?}");
+    let keyless = keyless.load(Ordering::Relaxed) as i64;
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM releases")
+        .fetch_one(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(stored, KEYS as i64 + keyless);
+    assert_eq!(
+        crate::common::load::postgres_inconsistencies(&database_url).await,
+        Vec::<String>::new()
+    );
+    let keyed_in_groups: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM releases r WHERE r.idempotency_key IS NOT NULL AND EXISTS \
+           (SELECT 1 FROM releases o WHERE o.xmin::text = r.xmin::text AND o.id <> r.id)",
+    )
+    .fetch_one(&mut raw)
+    .await
+    .unwrap();
+    assert!(
+        keyed_in_groups > 0,
+        "no keyed release shared a transaction ({keyless} keyless releases): keys kept out of groups"
+    );
+    for r in &replicas {
+        assert_log_clean(r);
+    }
+    report(
+        "one key on three replicas",
+        json!({"keys": KEYS, "copies_per_key": 3 * COPIES_PER_REPLICA, "keyless": keyless,
+               "keyed_sharing_a_transaction": keyed_in_groups}),
+    );
 }
 
 /// Sends `signal` to every process of the throwaway server, by id: the postmaster and its
@@ -404,7 +580,8 @@ const COMMIT_ANSWER_BOUND_MS: u64 = 2 * ACQUIRE_TIMEOUT_MS + 2 * ACQUIRE_TIMEOUT
 /// Stop PostgreSQL (a throwaway server) under load: every request fails fast with a 503
 /// problem and Retry-After, nothing is charged without a release, and the same processes serve
 /// again once the server is back. Requests whose answer was lost are then retried with their
-/// keys: each gets its release, so the outage lost nothing.
+/// keys: each gets its release, so the outage lost nothing. Every answer is 201, 503 (never
+/// charged: no release is stored under its key) or 504 `commit-outcome-unknown`.
 async fn outage(p: OutageParams) {
     let _serial = SERIAL.lock().await;
     let owner = Owner::spawn();
@@ -414,6 +591,22 @@ async fn outage(p: OutageParams) {
     let database_url = crate::common::pg::create_database(&server.admin_url)
         .await
         .unwrap();
+    if matches!(p.kind, OutageKind::Restarts(_)) {
+        // The throwaway server does not wait for the WAL flush at commit, for speed; an immediate
+        // shutdown then loses commits already answered, which a database that must keep its
+        // ledger never does. This database's sessions wait, as PostgreSQL's default.
+        use sqlx::Connection;
+        let name = database_url.rsplit('/').next().unwrap();
+        let mut admin = sqlx::PgConnection::connect(&server.admin_url)
+            .await
+            .unwrap();
+        sqlx::query(&format!(
+            "ALTER DATABASE \"{name}\" SET synchronous_commit = on"
+        ))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    }
     let logs = tempfile::tempdir().unwrap();
     let acquire = ACQUIRE_TIMEOUT_MS.to_string();
     let request_timeout = REQUEST_TIMEOUT_MS.to_string();
@@ -455,13 +648,28 @@ async fn outage(p: OutageParams) {
     match p.kind {
         OutageKind::Stop => server.stop().await.expect("the server stops"),
         OutageKind::Freeze => signal_server(&server, "STOP"),
+        OutageKind::Restarts(_) => {}
     }
     let down = Instant::now();
-    tokio::time::sleep(p.outage).await;
+    match p.kind {
+        OutageKind::Stop | OutageKind::Freeze => tokio::time::sleep(p.outage).await,
+        OutageKind::Restarts(n) => {
+            for i in 0..n {
+                if i % 2 == 0 {
+                    server.stop().await.expect("the server stops");
+                } else {
+                    server.stop_immediately().await.expect("the server stops");
+                }
+                server.restart().await.expect("the server restarts");
+                tokio::time::sleep(p.outage).await;
+            }
+        }
+    }
     let restarting = Instant::now();
     match p.kind {
         OutageKind::Stop => server.restart().await.expect("the server restarts"),
         OutageKind::Freeze => signal_server(&server, "CONT"),
+        OutageKind::Restarts(_) => {}
     }
     let up = Instant::now();
     // Recovery: the first release admitted after the server is back.
@@ -555,7 +763,12 @@ async fn outage(p: OutageParams) {
             during.push(a);
         }
     }
-    assert!(!during.is_empty(), "requests ran during the outage");
+    // Between restarts the server serves: there is no "during" to hold to 503.
+    if matches!(p.kind, OutageKind::Restarts(_)) {
+        during.clear();
+    } else {
+        assert!(!during.is_empty(), "requests ran during the outage");
+    }
     assert!(
         during
             .iter()
@@ -566,13 +779,16 @@ async fn outage(p: OutageParams) {
         .iter()
         .filter(|a| a.answer.code() == Some(503))
         .map(|a| a.started + a.latency)
-        .min()
-        .expect("503s");
+        .min();
+    assert!(
+        first_503.is_some() || matches!(p.kind, OutageKind::Restarts(_)),
+        "503s"
+    );
     let (p50, p99, max) = percentiles(during.iter().map(|a| a.latency).collect());
     // A refused connection costs the pool's acquire timeout (sqlx retries refused connects until
     // then); a frozen server costs at most the request timeout.
     let bound = match p.kind {
-        OutageKind::Stop => ACQUIRE_TIMEOUT_MS * 3 + 500,
+        OutageKind::Stop | OutageKind::Restarts(_) => ACQUIRE_TIMEOUT_MS * 3 + 500,
         OutageKind::Freeze => REQUEST_TIMEOUT_MS + COMMIT_ANSWER_BOUND_MS + 500,
     };
     assert!(
@@ -603,6 +819,24 @@ async fn outage(p: OutageParams) {
         Vec::<String>::new()
     );
     let unacknowledged: usize = before.iter().map(|f| f.unacknowledged).sum();
+    // A 503 means "not charged": nothing is stored under the key of a request answered 503.
+    let refused_503: Vec<String> = attempts
+        .iter()
+        .filter(|a| a.answer.code() == Some(503))
+        .map(|a| requests[a.request].key.clone())
+        .collect();
+    {
+        use sqlx::Connection;
+        let mut raw = sqlx::PgConnection::connect(&database_url).await.unwrap();
+        let charged: Vec<String> = sqlx::query_scalar(
+            "SELECT idempotency_key FROM releases WHERE idempotency_key = ANY($1)",
+        )
+        .bind(&refused_503)
+        .fetch_all(&mut raw)
+        .await
+        .unwrap();
+        assert_eq!(charged, Vec::<String>::new(), "charged, yet answered 503");
+    }
 
     // Retry, with the same key, every request that got no release: a release committed just
     // as the database went away is returned now (replayed), never drawn twice.
@@ -675,7 +909,8 @@ async fn outage(p: OutageParams) {
             "kind": format!("{:?}", p.kind),
             "stop_s": (down - stopping).as_secs_f64(),
             "outage_s": (restarting - down).as_secs_f64(),
-            "first_503_after_stop_ms": first_503.saturating_duration_since(stopping).as_secs_f64() * 1000.0,
+            "first_503_after_stop_ms": first_503.map(|at| at.saturating_duration_since(stopping).as_secs_f64() * 1000.0),
+            "status_504": attempts.iter().filter(|a| a.answer.code() == Some(504)).count(),
             "during_outage": {"requests": during.len(), "latency_ms": {"p50": p50, "p99": p99, "max": max}},
             "restart_s": (up - restarting).as_secs_f64(),
             "recovery_after_server_up_ms": recovered.saturating_duration_since(up).as_secs_f64() * 1000.0,
@@ -712,6 +947,25 @@ async fn full_outage() {
         warmup: Duration::from_secs(3),
         outage: Duration::from_secs(env_usize("DIRICHLET_REL_OUTAGE_SECS", 10) as u64),
         after: Duration::from_secs(3),
+    })
+    .await;
+}
+
+/// PostgreSQL restarted under load again and again, by fast and immediate shutdowns in turn
+/// (what a red-team run did: with group commit on, some commits were answered 500): every answer
+/// is 201, 503 with Retry-After and nothing charged, or 504 `commit-outcome-unknown` when the
+/// connection was cut once the commit was sent; the ledger holds, and the key retry returns what
+/// the 504s left unanswered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_restarting_under_load_answers_201_503_or_504() {
+    outage(OutageParams {
+        kind: OutageKind::Restarts(8),
+        name: "restarts (cargo test)",
+        replicas: 2,
+        clients: 16,
+        warmup: Duration::from_millis(1000),
+        outage: Duration::from_millis(550),
+        after: Duration::from_millis(1500),
     })
     .await;
 }

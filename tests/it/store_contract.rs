@@ -1257,55 +1257,63 @@ async fn row_lock_held_elsewhere_is_unavailable_postgres() {
 }
 
 /// A TCP proxy in front of PostgreSQL that, once a client message carries `marker`, still passes
-/// the client's bytes on but swallows every answer, then closes both sides: a connection lost
-/// after a statement was sent, with the statement left to run.
-async fn cutting_proxy(upstream: std::net::SocketAddr, marker: Vec<u8>) -> u16 {
+/// the client's bytes on but swallows every answer, and closes both sides when `release` is
+/// notified (or, with `cut_after`, that long after the marker): a statement sent and left to run
+/// that the database does not answer (frozen or cut off), then a lost connection.
+async fn muting_proxy(
+    upstream: std::net::SocketAddr,
+    marker: Vec<u8>,
+    release: Arc<tokio::sync::Notify>,
+    cut_after: Option<Duration>,
+) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let marker = Arc::new(marker);
     tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
-            let marker = marker.clone();
+            let (marker, release) = (marker.clone(), release.clone());
             tokio::spawn(async move {
                 let server = tokio::net::TcpStream::connect(upstream).await.unwrap();
                 let (mut from_client, mut to_client) = client.into_split();
                 let (mut from_server, mut to_server) = server.into_split();
-                let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let muted = cut.clone();
-                let answers = tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    while let Ok(n @ 1..) = from_server.read(&mut buf).await {
-                        if muted.load(std::sync::atomic::Ordering::SeqCst) {
-                            continue;
+                let muted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let answers = {
+                    let muted = muted.clone();
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while let Ok(n @ 1..) = from_server.read(&mut buf).await {
+                            if muted.load(std::sync::atomic::Ordering::SeqCst) {
+                                continue;
+                            }
+                            if to_client.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
                         }
-                        if to_client.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                    to_client
-                });
+                    })
+                };
+                let mut cut_at = None;
                 let mut buf = vec![0u8; 64 * 1024];
-                while let Ok(n @ 1..) = from_client.read(&mut buf).await {
-                    let hit = buf[..n].windows(marker.len()).any(|w| w == &marker[..]);
-                    if hit {
-                        cut.store(true, std::sync::atomic::Ordering::SeqCst);
-                    }
-                    if to_server.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                    if hit {
-                        // The rest of the message (Execute, Sync) may follow in another read.
-                        let rest = tokio::time::timeout(
-                            Duration::from_millis(300),
-                            from_client.read(&mut buf),
-                        )
-                        .await;
-                        if let Ok(Ok(n @ 1..)) = rest {
-                            let _ = to_server.write_all(&buf[..n]).await;
+                loop {
+                    let cut = async {
+                        match cut_at {
+                            Some(at) => tokio::time::sleep_until(at).await,
+                            None => std::future::pending().await,
                         }
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                        break;
+                    };
+                    tokio::select! {
+                        read = from_client.read(&mut buf) => {
+                            let Ok(n @ 1..) = read else { break };
+                            if buf[..n].windows(marker.len()).any(|w| w == &marker[..]) {
+                                muted.store(true, std::sync::atomic::Ordering::SeqCst);
+                                cut_at = cut_after.map(|after| tokio::time::Instant::now() + after);
+                            }
+                            if to_server.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        () = release.notified(), if muted.load(std::sync::atomic::Ordering::SeqCst) => break,
+                        () = cut => break,
                     }
                 }
                 answers.abort();
@@ -1314,6 +1322,81 @@ async fn cutting_proxy(upstream: std::net::SocketAddr, marker: Vec<u8>) -> u16 {
         }
     });
     port
+}
+
+/// A database URL and the address of its server, to put a proxy between them.
+fn upstream_of(url: &str) -> (url::Url, std::net::SocketAddr) {
+    let url = url::Url::parse(url).unwrap();
+    let upstream = std::net::SocketAddr::new(
+        url.host_str().unwrap().parse().unwrap(),
+        url.port().unwrap_or(5432),
+    );
+    (url, upstream)
+}
+
+/// A release queued behind a group statement the database does not answer is refused after its
+/// queue wait (half the acquire timeout) as unavailable — never sent, nothing charged — while the
+/// statement still hangs: it used to wait for the commit slot as long as the statement did (here
+/// for ever; with a frozen server, up to the commit answer bound, and then 504 for a release that
+/// was never sent).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_queued_behind_an_unanswered_group_is_refused_in_time_postgres() {
+    let f = postgres().await;
+    let d = f
+        .store
+        .create_dataset(&new_dataset("stalled", 1.0))
+        .await
+        .unwrap();
+    let other = f
+        .store
+        .create_dataset(&new_dataset("queued", 1.0))
+        .await
+        .unwrap();
+    let (mut url, upstream) = upstream_of(&f.url);
+    let stalled = new_release(d.id, cost(0.25), None);
+    let release = Arc::new(tokio::sync::Notify::new());
+    let marker = stalled.id.as_bytes().to_vec();
+    let port = muting_proxy(upstream, marker, release.clone(), None).await;
+    url.set_port(Some(port)).unwrap();
+    let store = connect(
+        url.as_str(),
+        &StoreOptions {
+            commit_slots: 1,
+            acquire_timeout: Duration::from_millis(1000),
+            ..options()
+        },
+    )
+    .await
+    .unwrap();
+    let first = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move { store.commit_release(&stalled).await })
+    };
+    // The stalled statement holds the only slot.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!first.is_finished());
+    let queued = new_release(other.id, cost(0.25), None);
+    match tokio::time::timeout(Duration::from_secs(10), store.commit_release(&queued)).await {
+        Ok(Err(StoreError::Unavailable(message))) => {
+            assert!(message.contains("commit slot"), "{message}")
+        }
+        Ok(other) => panic!("expected Unavailable, got {other:?}"),
+        Err(_) => panic!("still queued 10 s behind a statement that is not answered"),
+    }
+    assert!(
+        !first.is_finished(),
+        "the stalled statement is still unanswered"
+    );
+    release.notify_one();
+    assert!(matches!(
+        first.await.unwrap(),
+        Err(StoreError::OutcomeUnknown(_))
+    ));
+    assert_eq!(
+        dataset(&*f.store, other.id).await.releases,
+        0,
+        "nothing charged"
+    );
 }
 
 /// A connection lost once the commit's statement is sent is `OutcomeUnknown` (504), not
@@ -1326,14 +1409,12 @@ async fn lost_connection_during_a_commit_is_outcome_unknown_postgres() {
         .create_dataset(&new_dataset("cut", 1.0))
         .await
         .unwrap();
-    let mut url = url::Url::parse(&f.url).unwrap();
-    let upstream = std::net::SocketAddr::new(
-        url.host_str().unwrap().parse().unwrap(),
-        url.port().unwrap_or(5432),
-    );
+    let (mut url, upstream) = upstream_of(&f.url);
     let new = new_release(d.id, cost(0.25), None);
     // The release id travels only in the commit's Bind message (uuids are sent as 16 bytes).
-    let port = cutting_proxy(upstream, new.id.as_bytes().to_vec()).await;
+    let marker = new.id.as_bytes().to_vec();
+    let never = Arc::new(tokio::sync::Notify::new());
+    let port = muting_proxy(upstream, marker, never, Some(Duration::from_millis(800))).await;
     url.set_port(Some(port)).unwrap();
     let through_proxy = connect(url.as_str(), &options()).await.unwrap();
     match through_proxy.commit_release(&new).await {
@@ -1349,6 +1430,138 @@ async fn lost_connection_during_a_commit_is_outcome_unknown_postgres() {
         (1, cost(0.25)),
         "the lost commit was charged"
     );
+}
+
+/// How [`restarting_proxy`] treats a new connection: what a PostgreSQL server going down or
+/// coming up does to a client that connects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Restart {
+    /// Pass it on to the server.
+    Up,
+    /// Accept, then close at once (the client reads end-of-file).
+    Closed,
+    /// Accept, then reset (the client reads ECONNRESET).
+    Reset,
+    /// Answer the SSL request and the start-up message with FATAL 57P01 (a backend terminated
+    /// as it started), then close.
+    Terminated,
+}
+
+/// A TCP proxy in front of PostgreSQL whose new connections meet `mode`.
+async fn restarting_proxy(
+    upstream: std::net::SocketAddr,
+    mode: Arc<std::sync::Mutex<Restart>>,
+) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let mode = *mode.lock().unwrap();
+            tokio::spawn(async move {
+                match mode {
+                    Restart::Up => {
+                        let mut server = tokio::net::TcpStream::connect(upstream).await.unwrap();
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                    Restart::Closed => drop(client),
+                    Restart::Reset => {
+                        client.set_zero_linger().unwrap();
+                        drop(client);
+                    }
+                    Restart::Terminated => {
+                        // The start-up message (its length, then the rest), after an SSL
+                        // request (answered "no") if the client sends one first.
+                        let mut head = [0u8; 8];
+                        if client.read_exact(&mut head).await.is_err() {
+                            return;
+                        }
+                        if head[4..] == 80_877_103u32.to_be_bytes() {
+                            let _ = client.write_all(b"N").await;
+                            if client.read_exact(&mut head).await.is_err() {
+                                return;
+                            }
+                        }
+                        let length = u32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
+                        let mut rest = vec![0u8; length.saturating_sub(8)];
+                        let _ = client.read_exact(&mut rest).await;
+                        let mut fields = Vec::new();
+                        for (tag, value) in [
+                            (b'S', "FATAL"),
+                            (b'V', "FATAL"),
+                            (b'C', "57P01"),
+                            (b'M', "terminating connection due to administrator command"),
+                        ] {
+                            fields.push(tag);
+                            fields.extend_from_slice(value.as_bytes());
+                            fields.push(0);
+                        }
+                        fields.push(0);
+                        let mut message = vec![b'E'];
+                        message.extend_from_slice(&(fields.len() as u32 + 4).to_be_bytes());
+                        message.extend_from_slice(&fields);
+                        let _ = client.write_all(&message).await;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// What a client meets while PostgreSQL restarts — a connection closed or reset as soon as it is
+/// made, a backend terminated as it starts — is 503 (`Unavailable`: nothing was sent, nothing
+/// charged), with group commit on and off alike; and the same store commits once the server
+/// takes connections again. (Group commit used to turn these into 500s: the group's connection
+/// error was copied for its members as an unclassified driver error.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_refused_during_a_restart_are_unavailable_postgres() {
+    let f = postgres().await;
+    let d = f
+        .store
+        .create_dataset(&new_dataset("restart", 4.0))
+        .await
+        .unwrap();
+    let (mut url, upstream) = upstream_of(&f.url);
+    let mode = Arc::new(std::sync::Mutex::new(Restart::Up));
+    url.set_port(Some(restarting_proxy(upstream, mode.clone()).await))
+        .unwrap();
+    for (charged, slots) in [(0, 4), (1, 0)] {
+        // Connected while the server is up (the migrations check runs); the pool opens its
+        // connections on demand, so every commit below needs a new one.
+        *mode.lock().unwrap() = Restart::Up;
+        let store = connect(
+            url.as_str(),
+            &StoreOptions {
+                commit_slots: slots,
+                ..options()
+            },
+        )
+        .await
+        .unwrap();
+        for restart in [Restart::Closed, Restart::Reset, Restart::Terminated] {
+            *mode.lock().unwrap() = restart;
+            for key in [None, Some("k")] {
+                let new = new_release(d.id, cost(0.25), key);
+                match store.commit_release(&new).await {
+                    Err(StoreError::Unavailable(message)) => {
+                        assert!(message.starts_with("commit_release"), "{message}")
+                    }
+                    other => panic!(
+                        "{slots} slots, {restart:?}, key {key:?}: expected Unavailable, got {other:?}"
+                    ),
+                }
+            }
+        }
+        assert_eq!(
+            dataset(&*f.store, d.id).await.releases,
+            charged,
+            "nothing charged"
+        );
+        *mode.lock().unwrap() = Restart::Up;
+        committed(commit(&*store, &new_release(d.id, cost(0.25), None)).await);
+    }
+    assert_eq!(dataset(&*f.store, d.id).await.releases, 2);
 }
 
 #[tokio::test]
@@ -2182,14 +2395,74 @@ async fn one_slot(url: &str) -> Arc<dyn LedgerStore> {
     .expect("open the PostgreSQL store")
 }
 
+/// Datasets holding `budgets` (in ε at order 8), an analyst token "tok_free" and one "tok_alloc"
+/// with an allocation of 0.375 on each.
+async fn datasets_for_two_analysts(
+    store: &dyn LedgerStore,
+    name: &str,
+    budgets: impl Iterator<Item = f64>,
+) -> Vec<Uuid> {
+    let mut ids = Vec::new();
+    for (i, budget) in budgets.enumerate() {
+        let d = new_dataset(&format!("{name} {i}"), budget);
+        ids.push(store.create_dataset(&d).await.unwrap().id);
+    }
+    analyst_token(store, "tok_alloc", &ids).await;
+    analyst_token(store, "tok_free", &ids).await;
+    let at = Utc::now().trunc_subsecs(6);
+    for id in &ids {
+        store
+            .set_allocation(*id, "tok_alloc", Some(cost(0.375)), "admin", at)
+            .await
+            .unwrap();
+    }
+    ids
+}
+
+/// Dataset `id` (the `i`th) after releases of `charge` each, `by_alloc` of them by "tok_alloc"
+/// (at most 3: its allocation) and `by_free` by "tok_free": the ledger, the allocation's spend,
+/// seqs 1..n, each release's `spent_after` the charges up to it (as if each had committed alone),
+/// and a release log that verifies. Returns the releases, newest first.
+async fn assert_every_rule_held(
+    store: &dyn LedgerStore,
+    (i, id): (usize, Uuid),
+    charge: Units,
+    by_alloc: i64,
+    by_free: i64,
+) -> Vec<Release> {
+    assert!(
+        by_alloc <= 3,
+        "dataset {i}: {by_alloc} releases under an allocation of 3"
+    );
+    let after = dataset(store, id).await;
+    assert_eq!(after.spent.raw(), (by_alloc + by_free) * charge.raw());
+    assert_eq!(after.releases, by_alloc + by_free);
+    let allocation = allocation_of(store, id, "tok_alloc").await;
+    assert_eq!(allocation.spent.raw(), by_alloc * charge.raw());
+    let listed = store.list_releases(id, None, 100).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (1..=after.releases).rev().collect::<Vec<_>>()
+    );
+    for r in &listed {
+        assert_eq!(r.spent_after.raw(), r.seq * charge.raw(), "dataset {i}");
+    }
+    let verdict = verify_log(store, id, 7).await;
+    assert_eq!(
+        (verdict.checked, verdict.failure),
+        (after.releases, None),
+        "dataset {i}: the release log verifies"
+    );
+    listed
+}
+
 /// Many releases over many datasets at once, through one commit slot, with budgets and an
 /// allocation that run out: every member of every group meets the same rules as a release
 /// alone. Each dataset admits exactly what its budget holds, with seqs 1..k, each release's
 /// `spent_after` what the releases before it were charged, and a release log that verifies; the
-/// allocated token stops exactly at its allocation; keyed releases (which commit alone)
-/// interleave; and groups did form, with several releases of one dataset in one of them
-/// (releases written by one transaction share `xmin`), or the test would prove nothing about
-/// them.
+/// allocated token stops exactly at its allocation; keyed releases interleave; and groups did
+/// form, with several releases of one dataset in one of them (releases written by one
+/// transaction share `xmin`), or the test would prove nothing about them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grouped_releases_keep_every_rule_postgres() {
     const DATASETS: usize = 12;
@@ -2199,24 +2472,12 @@ async fn grouped_releases_keep_every_rule_postgres() {
     let charge = cost(0.125);
     // Dataset i holds i + 2 releases (so most refuse some); the token "tok_alloc" may spend 3
     // releases' worth on each dataset.
-    let mut datasets = Vec::new();
-    for i in 0..DATASETS {
-        let d = store
-            .create_dataset(&new_dataset(&format!("group {i}"), 0.125 * (i + 2) as f64))
-            .await
-            .unwrap();
-        datasets.push(d);
-    }
-    let ids: Vec<Uuid> = datasets.iter().map(|d| d.id).collect();
-    analyst_token(&*store, "tok_alloc", &ids).await;
-    analyst_token(&*store, "tok_free", &ids).await;
-    let at = Utc::now().trunc_subsecs(6);
-    for id in &ids {
-        store
-            .set_allocation(*id, "tok_alloc", Some(cost(0.375)), "admin", at)
-            .await
-            .unwrap();
-    }
+    let ids = datasets_for_two_analysts(
+        &*store,
+        "group",
+        (0..DATASETS).map(|i| 0.125 * (i + 2) as f64),
+    )
+    .await;
 
     let mut tasks = Vec::new();
     for round in 0..PER_DATASET {
@@ -2267,45 +2528,16 @@ async fn grouped_releases_keep_every_rule_postgres() {
     }
     let mut shared_in_a_dataset = false;
     let mut total_committed = 0;
-    for (i, d) in datasets.iter().enumerate() {
+    for (i, id) in ids.iter().enumerate() {
         let capacity = (i + 2) as i64;
-        let by_alloc = admitted
-            .get(&(d.id, "tok_alloc".into()))
-            .copied()
-            .unwrap_or(0);
-        let by_free = admitted
-            .get(&(d.id, "tok_free".into()))
-            .copied()
-            .unwrap_or(0);
-        assert!(
-            by_alloc <= 3,
-            "dataset {i}: {by_alloc} releases under an allocation of 3"
-        );
+        let count = |token: &str| admitted.get(&(*id, token.into())).copied().unwrap_or(0);
+        let (by_alloc, by_free) = (count("tok_alloc"), count("tok_free"));
         // Six releases of each token were asked for: the dataset fills to its capacity unless the
         // allocation stopped the first token first.
         assert_eq!(by_alloc + by_free, capacity.min(3 + 6), "dataset {i}");
-        let after = dataset(&*store, d.id).await;
-        assert_eq!(after.spent.raw(), (by_alloc + by_free) * charge.raw());
-        assert_eq!(after.releases, by_alloc + by_free);
-        let allocation = allocation_of(&*store, d.id, "tok_alloc").await;
-        assert_eq!(allocation.spent.raw(), by_alloc * charge.raw());
-        let listed = store.list_releases(d.id, None, 100).await.unwrap();
-        assert_eq!(
-            listed.iter().map(|r| r.seq).collect::<Vec<_>>(),
-            (1..=after.releases).rev().collect::<Vec<_>>()
-        );
-        // Every release was charged after the ones before it, as if each had committed alone.
-        for r in &listed {
-            assert_eq!(r.spent_after.raw(), r.seq * charge.raw(), "dataset {i}");
-        }
-        shared_in_a_dataset |= transactions(&url, Some(d.id)).await < listed.len();
+        let listed = assert_every_rule_held(&*store, (i, *id), charge, by_alloc, by_free).await;
+        shared_in_a_dataset |= transactions(&url, Some(*id)).await < listed.len();
         total_committed += listed.len();
-        let verdict = verify_log(&*store, d.id, 7).await;
-        assert_eq!(
-            (verdict.checked, verdict.failure),
-            (after.releases, None),
-            "dataset {i}: the release log verifies"
-        );
     }
     assert_eq!(total_committed + refused, DATASETS * PER_DATASET);
     assert!(
@@ -2469,4 +2701,328 @@ async fn a_group_skips_a_locked_dataset_postgres() {
             );
         }
     }
+}
+
+/// Keyed and keyless releases of many datasets at once through one slot, each keyed request sent
+/// once or three times at once (a client retrying while its first attempt is still in flight),
+/// with budgets, an allocation and the output quota running out: every member meets the same
+/// rules as a release alone. Each dataset admits exactly what its budget or quota holds, seqs
+/// 1..k, each `spent_after` the charges up to it, the allocated token stops at its allocation, the
+/// release log verifies; a keyed request is charged at most once, every copy of it answered with
+/// that one release (or all refused alike); and keyed releases shared transactions with others
+/// (`xmin`), or the test would prove nothing about keys in groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_and_keyless_releases_share_groups_and_keep_every_rule_postgres() {
+    const DATASETS: usize = 8;
+    const PER_DATASET: usize = 12;
+    // The outputs have 3 cells: the quota holds 5 releases per dataset.
+    const QUOTA_RELEASES: usize = 5;
+    let url = pg::fresh_database().await;
+    let store = connect(
+        &url,
+        &StoreOptions {
+            commit_slots: 1,
+            max_stored_cells: 3 * QUOTA_RELEASES as u64,
+            ..options()
+        },
+    )
+    .await
+    .expect("open the PostgreSQL store");
+    let charge = cost(0.125);
+    // Dataset i's budget holds i + 2 releases: the budget binds on the first ones, the quota on
+    // the last ones; "tok_alloc" may spend 3 releases' worth on each.
+    let ids = datasets_for_two_analysts(
+        &*store,
+        "keyed group",
+        (0..DATASETS).map(|i| 0.125 * (i + 2) as f64),
+    )
+    .await;
+
+    // (dataset, round, copy): rounds alternate tokens; two rounds in three are keyed, and every
+    // fourth round's request is sent three times.
+    let mut tasks = Vec::new();
+    for round in 0..PER_DATASET {
+        for (i, id) in ids.iter().enumerate() {
+            let token = if round % 2 == 0 {
+                "tok_alloc"
+            } else {
+                "tok_free"
+            };
+            let key = (round % 3 != 2).then(|| format!("k-{i}-{round}"));
+            let copies = if key.is_some() && round % 4 == 0 {
+                3
+            } else {
+                1
+            };
+            for _ in 0..copies {
+                let store = Arc::clone(&store);
+                let mut new = by(token, *id, charge);
+                new.idempotency = key.as_ref().map(|key| Idempotency {
+                    key: key.clone(),
+                    fingerprint: fingerprint(key),
+                });
+                tasks.push(tokio::spawn(async move {
+                    let outcome = store.commit_release(&new).await;
+                    (i, round, new, outcome)
+                }));
+            }
+        }
+    }
+    // Per request: the release it was charged for, and how its copies were answered.
+    let mut charged = std::collections::HashMap::<(usize, usize), Release>::new();
+    let mut answers = std::collections::HashMap::<(usize, usize), Vec<&'static str>>::new();
+    let mut existing = Vec::new();
+    for task in tasks {
+        let (i, round, new, outcome) = task.await.unwrap();
+        let answer = match outcome.expect("no commit fails") {
+            CommitOutcome::Committed { release, budget } => {
+                assert!(budget.spent <= budget.total);
+                assert_eq!(release.spent_after, budget.spent);
+                assert!(
+                    charged.insert((i, round), release).is_none(),
+                    "dataset {i} round {round}: charged twice"
+                );
+                "committed"
+            }
+            CommitOutcome::Existing {
+                release,
+                fingerprint: stored,
+            } => {
+                let key = new.idempotency.as_ref().expect("only a keyed request");
+                assert_eq!(release.idempotency_key.as_deref(), Some(key.key.as_str()));
+                assert_eq!(stored, key.fingerprint);
+                existing.push(((i, round), release));
+                "existing"
+            }
+            CommitOutcome::Exhausted { budget } => {
+                assert!(!budget.admits(charge));
+                assert!(i <= 3, "dataset {i}: its quota binds before its budget");
+                "refused"
+            }
+            CommitOutcome::AllocationExhausted { allocation, budget } => {
+                assert_eq!(new.created_by, "tok_alloc");
+                assert!(!allocation.admits(charge) && budget.admits(charge));
+                "refused"
+            }
+            CommitOutcome::OutputQuotaExceeded { quota } => {
+                assert_eq!(quota, 3 * QUOTA_RELEASES as i64);
+                assert!(i >= 3, "dataset {i}: its budget binds before its quota");
+                "refused"
+            }
+            other => panic!("unexpected {other:?}"),
+        };
+        answers.entry((i, round)).or_default().push(answer);
+    }
+    // A request is charged once and every other copy gets that release, or every copy is refused
+    // (spend, allocation spend and stored cells only grow).
+    for ((i, round), release) in existing {
+        let first = charged.get(&(i, round)).unwrap_or_else(|| {
+            panic!("dataset {i} round {round}: a copy found a release never charged")
+        });
+        assert_eq!(
+            (release.id, release.seq, bits(release.output.values())),
+            (first.id, first.seq, bits(first.output.values()))
+        );
+    }
+    for ((i, round), mut got) in answers {
+        got.sort_unstable();
+        let n = got.len();
+        assert!(
+            got == vec!["refused"; n]
+                || got == [vec!["committed"], vec!["existing"; n - 1]].concat(),
+            "dataset {i} round {round}: {got:?}"
+        );
+    }
+
+    let mut keyed_total = 0;
+    for (i, id) in ids.iter().enumerate() {
+        let capacity = (i + 2).min(QUOTA_RELEASES) as i64;
+        let count = |token: &str| {
+            charged
+                .iter()
+                .filter(|((d, _), r)| *d == i && r.created_by == token)
+                .count() as i64
+        };
+        let (by_alloc, by_free) = (count("tok_alloc"), count("tok_free"));
+        // Six requests of each token: the dataset fills to its capacity.
+        assert_eq!(by_alloc + by_free, capacity, "dataset {i}");
+        let listed = assert_every_rule_held(&*store, (i, *id), charge, by_alloc, by_free).await;
+        keyed_total += listed
+            .iter()
+            .filter(|r| r.idempotency_key.is_some())
+            .count();
+    }
+    assert!(
+        keyed_sharing_a_transaction(&url).await > 0,
+        "no keyed release shared a transaction ({keyed_total} keyed releases): keys kept out of groups"
+    );
+}
+
+/// Keyed releases written by a transaction that also wrote another release.
+async fn keyed_sharing_a_transaction(url: &str) -> i64 {
+    let mut raw = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query_scalar(
+        "SELECT count(*) FROM releases r \
+          WHERE r.idempotency_key IS NOT NULL \
+            AND EXISTS (SELECT 1 FROM releases o WHERE o.xmin::text = r.xmin::text AND o.id <> r.id)",
+    )
+    .fetch_one(&mut raw)
+    .await
+    .unwrap()
+}
+
+/// Transactions rolled back in the database so far, once every other session on it has ended
+/// (`pool` closed, and what is left of it terminated): a backend reports its counts when it ends
+/// at the latest.
+async fn rollbacks_after_closing(url: &str, pool: &sqlx::PgPool) -> i64 {
+    pool.close().await;
+    let mut raw = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+          WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&mut raw)
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (others, rollbacks): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM pg_stat_activity \
+                      WHERE datname = current_database() AND pid <> pg_backend_pid()), \
+                    (SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database())",
+        )
+        .fetch_one(&mut raw)
+        .await
+        .unwrap();
+        if others == 0 {
+            return rollbacks;
+        }
+        assert!(Instant::now() < deadline, "the other sessions ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One key sent many times at once, with other keyed and keyless releases, through one slot:
+/// the copies share a group, the first is charged and the others are answered with its release,
+/// and no statement rolled back — a key repeated in a group is settled inside the group's
+/// statement, not by a unique violation (which would roll the whole group back, or fail each
+/// copy's own statement). A retry afterwards gets the same release; a different body under the
+/// key gets the stored fingerprint (the handler refuses it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_repeated_in_a_group_is_charged_once_without_rolling_back_postgres() {
+    let url = pg::fresh_database().await;
+    let setup = dirichlet_release::store::postgres::PgStore::connect(&url, &options())
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let d = new_dataset(&format!("repeated {i}"), 100.0);
+        ids.push(setup.create_dataset(&d).await.unwrap().id);
+    }
+    let before = rollbacks_after_closing(&url, setup.pool()).await;
+
+    let store = Arc::new(
+        dirichlet_release::store::postgres::PgStore::connect(
+            &url,
+            &StoreOptions {
+                commit_slots: 1,
+                ..options()
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    let mut tasks = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        for k in 0..3 {
+            for _copy in 0..4 {
+                let store = Arc::clone(&store);
+                let new = new_release(*id, cost(0.25), Some(&format!("key-{i}-{k}")));
+                tasks.push(tokio::spawn(async move {
+                    (new.clone(), store.commit_release(&new).await)
+                }));
+            }
+        }
+        for _ in 0..3 {
+            let store = Arc::clone(&store);
+            let new = new_release(*id, cost(0.25), None);
+            tasks.push(tokio::spawn(async move {
+                (new.clone(), store.commit_release(&new).await)
+            }));
+        }
+    }
+    let mut by_key = std::collections::BTreeMap::<String, (Vec<Release>, Vec<Release>)>::new();
+    for task in tasks {
+        let (new, outcome) = task.await.unwrap();
+        let Some(key) = new.idempotency.map(|i| i.key) else {
+            committed(outcome.expect("commit_release"));
+            continue;
+        };
+        let entry = by_key.entry(key.clone()).or_default();
+        match outcome.expect("commit_release") {
+            CommitOutcome::Committed { release, .. } => entry.0.push(release),
+            CommitOutcome::Existing {
+                release,
+                fingerprint: stored,
+            } => {
+                assert_eq!(stored, fingerprint(&key));
+                entry.1.push(release);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(by_key.len(), 12);
+    for (key, (charged, answered)) in &by_key {
+        assert_eq!(charged.len(), 1, "{key}: charged once");
+        assert_eq!(answered.len(), 3, "{key}");
+        for r in answered {
+            assert_eq!(
+                (r.id, r.seq, bits(r.output.values())),
+                (
+                    charged[0].id,
+                    charged[0].seq,
+                    bits(charged[0].output.values())
+                )
+            );
+        }
+    }
+    for id in &ids {
+        let after = dataset(&*store, *id).await;
+        assert_eq!((after.releases, after.spent), (6, cost(1.5)));
+    }
+    assert!(
+        keyed_sharing_a_transaction(&url).await > 0,
+        "no keyed release shared a transaction: keys kept out of groups"
+    );
+
+    // Retries, one at a time: the release each key was charged for, nothing charged again.
+    for (key, (charged, _)) in &by_key {
+        let retry = new_release(charged[0].dataset_id, cost(0.25), Some(key));
+        match commit(&*store, &retry).await {
+            CommitOutcome::Existing {
+                release,
+                fingerprint: stored,
+            } => {
+                assert_eq!(release, charged[0]);
+                assert_eq!(stored, fingerprint(key));
+            }
+            other => panic!("{key}: expected Existing, got {other:?}"),
+        }
+    }
+    // A different request under a stored key: the stored fingerprint, which is not its own.
+    let mut other = new_release(ids[0], cost(0.25), Some("key-0-0"));
+    other.idempotency.as_mut().unwrap().fingerprint = fingerprint("another body");
+    match commit(&*store, &other).await {
+        CommitOutcome::Existing {
+            fingerprint: stored,
+            ..
+        } => assert_ne!(stored, fingerprint("another body")),
+        other => panic!("expected Existing, got {other:?}"),
+    }
+    assert_eq!(dataset(&*store, ids[0]).await.releases, 6);
+    assert_eq!(
+        rollbacks_after_closing(&url, store.pool()).await,
+        before,
+        "a statement rolled back"
+    );
 }

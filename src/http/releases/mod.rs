@@ -2,10 +2,12 @@
 //! history in [`list`].
 //!
 //! Order of a release: authorise → parse ([`RequestBody`] → [`Request`], `crate::release::request`)
-//! → calibrate and price at the ledger order → idempotency check → budget pre-check (saves
-//! drawing a sample that would be refused) → draw → `commit_release` (check, charge and record
-//! in one transaction) → respond. The output leaves the service only after the commit returned
-//! `Committed`.
+//! → calibrate and price at the ledger order → idempotency fingerprint → budget pre-check (saves
+//! drawing a sample that would be refused) → draw → `commit_release` (check the key, charge and
+//! record in one transaction) → respond. A stored key is found by the commit (`Existing`, and
+//! the stored release is replayed), or before the draw when the draw costs more than a look-up
+//! (large outputs) or the pre-check would refuse. The output leaves the service only after the
+//! commit returned `Committed`.
 
 mod idempotency;
 mod list;
@@ -46,7 +48,8 @@ use crate::release::table;
 use crate::release::{self, Plan, PlanError, Record, VectorForecast};
 use crate::schema::{self, SchemaRef};
 
-/// Draws with fewer cells than this run inline; larger ones move to the blocking pool.
+/// Draws with fewer cells than this run inline; larger ones move to the blocking pool, and their
+/// idempotency key is looked up before the draw.
 const INLINE_DRAW_CELLS: usize = 4096;
 
 pub fn router() -> OpenApiRouter<AppState> {
@@ -439,20 +442,26 @@ async fn create(
         }
     };
     let idempotency = match key {
-        Some(key) => {
-            let fp = body.fingerprint(&state.keys()?.fingerprint_key, id, &caller.name());
-            if let Some((existing, stored)) = state.store.find_by_idempotency_key(id, &key).await? {
-                return idempotency::replay(&state, &dataset, existing, stored, fp);
-            }
-            Some(Idempotency {
-                key,
-                fingerprint: fp,
-            })
-        }
+        Some(key) => Some(Idempotency {
+            fingerprint: body.fingerprint(&state.keys()?.fingerprint_key, id, &caller.name()),
+            key,
+        }),
         None => None,
     };
     drop(body);
+    // The commit checks the key in its transaction (a retry of a stored release is answered
+    // `Existing` and replayed below), which saves every keyed release a round trip; a large draw
+    // costs more than that round trip, so its retry is looked up first.
+    if input.total_cells() >= INLINE_DRAW_CELLS {
+        if let Some(replayed) = replay_stored(&state, &dataset, idempotency.as_ref()).await? {
+            return Ok(replayed);
+        }
+    }
     if !dataset.budget().admits(plan.charge) {
+        // A retry of a release stored while the budget had room is still its release.
+        if let Some(replayed) = replay_stored(&state, &dataset, idempotency.as_ref()).await? {
+            return Ok(replayed);
+        }
         // The cached figures only lag behind, so this refusal stands; report current ones.
         let current = state
             .store
@@ -478,6 +487,11 @@ async fn create(
                 .pop()
             {
                 Some(allocation) if !allocation.admits(plan.charge) => {
+                    if let Some(replayed) =
+                        replay_stored(&state, &dataset, idempotency.as_ref()).await?
+                    {
+                        return Ok(replayed);
+                    }
                     let e = allocation_exhausted(&allocation, &dataset.budget(), plan.charge);
                     state.metrics.refusal(&e);
                     return Err(e);
@@ -584,6 +598,28 @@ async fn create(
             state.metrics.refusal(&e);
             Err(e)
         }
+    }
+}
+
+/// The answer to a retry whose release is stored (its replay, or the refusal of a different
+/// request under the key), if the key has one; nothing for a new key or no key.
+async fn replay_stored(
+    state: &AppState,
+    dataset: &Dataset,
+    idempotency: Option<&Idempotency>,
+) -> Result<Option<Response>, ApiError> {
+    let Some(idempotency) = idempotency else {
+        return Ok(None);
+    };
+    match state
+        .store
+        .find_by_idempotency_key(dataset.id, &idempotency.key)
+        .await?
+    {
+        Some((release, stored)) => {
+            idempotency::replay(state, dataset, release, stored, idempotency.fingerprint).map(Some)
+        }
+        None => Ok(None),
     }
 }
 

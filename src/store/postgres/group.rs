@@ -1,5 +1,5 @@
-//! Group commit: keyless releases that arrive while the database is busy commit together, in
-//! one statement and one transaction.
+//! Group commit: releases that arrive while the database is busy commit together, in one
+//! statement and one transaction, keyed (`Idempotency-Key`) or not.
 //!
 //! Why: on PostgreSQL a release's commit is dominated by what every statement and transaction
 //! costs whatever it does (a round trip, executor start-up, the commit record and its WAL
@@ -7,7 +7,7 @@
 //! one commit (and WAL flush) after another. Under load many releases wait for a connection at
 //! once; committing them as one statement pays that fixed cost once, and a hot dataset's row is
 //! locked and flushed once for all its waiting releases (BENCHMARKS.md, "The spread regression
-//! and group commit" and "A hot dataset's releases in one group").
+//! and group commit", "A hot dataset's releases in one group" and "Keyed releases in groups").
 //!
 //! How: [`Groups::commit`] queues a release; one runner task takes the queue as soon as one of
 //! [`Groups`]' slots is free, up to [`MAX_GROUP`] releases, and commits them on a connection of
@@ -27,8 +27,37 @@
 //! waits for a lock: rows held by another transaction (another replica's release, an allocation
 //! change) are skipped (`SKIP LOCKED`), and those members commit alone afterwards with the
 //! one-release statement (`COMMIT_RELEASE`), which waits for the lock as always. A group
-//! therefore cannot deadlock with anyone. Keyed releases always commit alone: a duplicate key
-//! aborts its statement, which must not take other members with it.
+//! therefore cannot deadlock with anyone.
+//!
+//! Idempotency keys are checked in the statement, so that a key never aborts it (the unique
+//! index `releases_idempotency_unique` would abort the whole statement, every member's charge
+//! with it). A key is unique per dataset, and every transaction that stores a release of a
+//! dataset holds that dataset's row lock and adds one to its `release_count` (both statements
+//! do; nothing else writes `releases`). So once the group holds a dataset's row lock, no other
+//! transaction can be storing a release of it, and the releases the statement's snapshot shows
+//! are all the dataset has, *if* the row it locked has the `release_count` the snapshot shows
+//! (`fresh`): a transaction that committed a release between the statement's start and the lock
+//! changed it. For each keyed member of a locked dataset:
+//!
+//! - a release with its key is stored: the member is not charged and is answered
+//!   [`Answer::KeyConflict`] (the caller reads the stored release and replays it, or refuses a
+//!   different body, exactly as for a release alone);
+//! - an earlier member of the group has the same key: only the first can be charged; the later
+//!   one is answered [`Answer::KeyConflict`] if the first was stored, and commits alone otherwise
+//!   (the first was refused or not attempted);
+//! - the dataset is not `fresh`: the snapshot cannot say whether the key is free, so the member
+//!   is not attempted and commits alone, where the unique index decides (a violation aborts only
+//!   its own statement: [`Answer::KeyConflict`]);
+//! - otherwise the key is free and stays free until the group commits: the member is admitted
+//!   like any other, and its key is stored with it.
+//!
+//! Two replicas racing with one key therefore never roll a group back: the replica whose group
+//! (or release alone) takes the dataset's lock first stores the key. The other's group either
+//! skips the locked dataset (its member commits alone, waits for the lock, and meets the unique
+//! index: [`Answer::KeyConflict`]), or finds the key stored (answered with it), or finds its
+//! snapshot stale (its member commits alone, as in the first case). Should the unique index fire
+//! in a group all the same, the group rolls back as a whole and every member commits alone:
+//! slower, never charged twice.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -78,12 +107,12 @@ pub(super) enum Answer {
     /// Not admitted, nothing written. The caller's allocation on the dataset and its spend, as
     /// the statement read them under the row's lock (`None`: no allocation, or no token row).
     Refused { allocation: Option<(i64, i64)> },
-    /// A release with the member's idempotency key exists (a concurrent retry committed first);
-    /// nothing written. Only a keyed release, which always commits alone, can meet this.
+    /// A release with the member's idempotency key exists (committed before, by a concurrent
+    /// retry, or by an earlier member of the same group); nothing written for this member.
     KeyConflict,
     /// Not attempted by its group (a row it needs was locked by another transaction, an earlier
-    /// member of its dataset was refused, or the group's statement failed and rolled back as a
-    /// whole): commit it alone.
+    /// member of its dataset was refused, its key could not be checked in the group, or the
+    /// group's statement failed and rolled back as a whole): commit it alone.
     Alone(Box<Member>),
 }
 
@@ -166,8 +195,27 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
                 None => return,
             }
         }
-        let Ok(slot) = runner.slots.clone().acquire_owned().await else {
-            return;
+        // A free slot. Meanwhile newcomers queue, and a release that has waited too long is
+        // refused (never sent), even while every slot is held by a statement the database does
+        // not answer (frozen, cut off): its commit's answer stays within the store's bound.
+        let deadline = oldest_deadline(&pending, runner.max_wait);
+        let slot = tokio::select! {
+            biased;
+            slot = runner.slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => return,
+            },
+            queued = receiver.recv() => {
+                match queued {
+                    Some(queued) => pending.push_back(queued),
+                    None => return,
+                }
+                continue;
+            }
+            () = sleep_until(deadline) => {
+                pending = runner.refuse_expired(pending);
+                continue;
+            }
         };
         // Whatever queued while every slot was busy joins this group.
         while let Ok(queued) = receiver.try_recv() {
@@ -178,12 +226,8 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
         {
             let mut in_flight = runner.in_flight.lock().expect("in_flight lock");
             let mut joined = HashSet::new();
-            for queued in pending.drain(..) {
-                if queued.queued_at.elapsed() > runner.max_wait {
-                    let _ = queued.answer.send(Err(StoreError::Unavailable(
-                        "commit_release: timed out waiting for a commit slot".into(),
-                    )));
-                } else if in_flight.contains(&queued.member.dataset_id)
+            for queued in runner.refuse_expired(std::mem::take(&mut pending)) {
+                if in_flight.contains(&queued.member.dataset_id)
                     && !joined.contains(&queued.member.dataset_id)
                 {
                     // Its dataset is being committed by a running group, which holds the row's
@@ -206,23 +250,14 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
             drop(slot);
             // Everything pending waits for a running group: wake when one ends, when something
             // new arrives, or just after the oldest has waited too long.
-            let deadline = pending
-                .iter()
-                .map(|q| q.queued_at + runner.max_wait + Duration::from_millis(1))
-                .min()
-                .map(tokio::time::Instant::from_std);
+            let deadline = oldest_deadline(&pending, runner.max_wait);
             tokio::select! {
                 () = runner.finished.notified() => {}
                 queued = receiver.recv() => match queued {
                     Some(queued) => pending.push_back(queued),
                     None => return,
                 },
-                () = async {
-                    match deadline {
-                        Some(at) => tokio::time::sleep_until(at).await,
-                        None => std::future::pending().await,
-                    }
-                } => {}
+                () = sleep_until(deadline) => {}
             }
             continue;
         }
@@ -241,7 +276,37 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
     }
 }
 
+/// Just after the longest-waiting of `pending` has waited `max_wait` (`None`: nothing waits).
+fn oldest_deadline(pending: &VecDeque<Queued>, max_wait: Duration) -> Option<tokio::time::Instant> {
+    pending
+        .iter()
+        .map(|q| q.queued_at + max_wait + Duration::from_millis(1))
+        .min()
+        .map(tokio::time::Instant::from_std)
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Runner {
+    /// Answers every release of `pending` that has waited longer than `max_wait` as unavailable
+    /// (it was never sent, so nothing was charged); returns the others, in order.
+    fn refuse_expired(&self, pending: VecDeque<Queued>) -> VecDeque<Queued> {
+        let (expired, waiting): (VecDeque<_>, VecDeque<_>) = pending
+            .into_iter()
+            .partition(|q| q.queued_at.elapsed() > self.max_wait);
+        for queued in expired {
+            let _ = queued.answer.send(Err(StoreError::Unavailable(
+                "commit_release: timed out waiting for a commit slot".into(),
+            )));
+        }
+        waiting
+    }
+
     /// Even a group of one runs the group's statement: it never waits for a lock, so a slot is
     /// never held by a release queueing on another transaction's row lock.
     async fn commit(&self, group: Vec<Queued>) {
@@ -274,7 +339,7 @@ impl Runner {
             }
             Err(GroupError::NotSent(e)) => {
                 for answer in answers {
-                    let _ = answer.send(Err(store_error("commit_release", clone_error(&e))));
+                    let _ = answer.send(Err(e.clone()));
                 }
             }
             // Rolled back as a whole: each member commits alone and meets its own outcome.
@@ -293,56 +358,30 @@ impl Runner {
     }
 
     async fn statement(&self, members: &[Member]) -> Result<Vec<PgRow>, GroupError> {
-        let mut conn = self.pool.acquire().await.map_err(GroupError::NotSent)?;
+        // Classified as a release alone classifies it: a connection that could not be had (the
+        // server refusing, resetting or ending the connection while it restarts) is unavailable,
+        // since nothing was sent.
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| GroupError::NotSent(store_error("commit_release", e)))?;
         let result = sqlx::query(COMMIT_GROUP)
-            .bind(members.iter().map(|m| m.dataset_id).collect::<Vec<_>>())
-            .bind(members.iter().map(|m| m.cost).collect::<Vec<_>>())
-            .bind(members.iter().map(|m| m.id).collect::<Vec<_>>())
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.created_by.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.mechanism.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.distribution.as_slice())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(members.iter().map(|m| m.dimension).collect::<Vec<_>>())
-            .bind(members.iter().map(|m| m.table_rows).collect::<Vec<_>>())
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.label.as_deref())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.link_prefix.as_slice())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.link_suffix.as_slice())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                members
-                    .iter()
-                    .map(|m| m.row_names.as_deref())
-                    .collect::<Vec<_>>(),
-            )
+            .bind(column(members, |m| m.dataset_id))
+            .bind(column(members, |m| m.cost))
+            .bind(column(members, |m| m.id))
+            .bind(column(members, |m| m.created_by.as_str()))
+            .bind(column(members, |m| m.mechanism.as_str()))
+            .bind(column(members, |m| m.distribution.as_slice()))
+            .bind(column(members, |m| m.dimension))
+            .bind(column(members, |m| m.table_rows))
+            .bind(column(members, |m| m.label.as_deref()))
+            .bind(column(members, |m| m.link_prefix.as_slice()))
+            .bind(column(members, |m| m.link_suffix.as_slice()))
+            .bind(column(members, |m| m.row_names.as_deref()))
             .bind(self.max_stored_cells)
+            .bind(column(members, |m| m.idempotency_key.as_deref()))
+            .bind(column(members, |m| m.fingerprint.as_deref()))
             .fetch_all(&mut *conn)
             .await;
         drop(conn);
@@ -353,30 +392,27 @@ impl Runner {
     }
 }
 
+/// One of the statement's array parameters: a field of every member, in order.
+fn column<'a, T>(members: &'a [Member], field: impl Fn(&'a Member) -> T) -> Vec<T> {
+    members.iter().map(field).collect()
+}
+
 enum GroupError {
-    /// No connection: nothing was sent.
-    NotSent(sqlx::Error),
+    /// No connection: nothing was sent (the error as the store classifies it).
+    NotSent(StoreError),
     /// The database answered with an error: the statement, a transaction of its own, rolled back.
     RolledBack(sqlx::Error),
     /// The connection failed once the statement was sent.
     Unknown(String),
 }
 
-/// sqlx errors are not `Clone`; every member of a group without a connection gets the same one.
-fn clone_error(e: &sqlx::Error) -> sqlx::Error {
-    match e {
-        sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
-        sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
-        other => sqlx::Error::Protocol(other.to_string()),
-    }
-}
-
 fn member_answer(row: &PgRow, member: Member) -> Result<Answer, StoreError> {
-    if !row
-        .try_get::<bool, _>("attempted")
-        .map_err(|e| store_error("commit_release", e))?
-    {
+    let get = |e| store_error("commit_release", e);
+    if !row.try_get::<bool, _>("attempted").map_err(get)? {
         return Ok(Answer::Alone(Box::new(member)));
+    }
+    if row.try_get::<bool, _>("key_stored").map_err(get)? {
+        return Ok(Answer::KeyConflict);
     }
     decode(row)
 }
@@ -401,30 +437,48 @@ pub(super) fn decode(row: &PgRow) -> Result<Answer, StoreError> {
     }
 }
 
-/// The group's statement: `COMMIT_RELEASE` (see there) for many members at once. `input` numbers
-/// the members; `tokens` and `ledgers` lock the rows the members need, token rows first as
-/// everywhere, skipping rows another transaction holds (`ready` drops a member whose existing
-/// token row was not locked; a member whose dataset row was not locked is not joined by
-/// `attempted`): such members are not `attempted` and commit alone.
+/// The group's statement: `COMMIT_RELEASE` (see there) for many members at once. Each step is a
+/// CTE, read top to bottom:
 ///
-/// The members of one dataset are admitted in `ord` order as a prefix, exactly as if they had
-/// committed one after another: `attempted` reads the dataset's spend, output quota and the
-/// token's allocation under the locks and adds the costs of the members before each one
-/// (`fits`: running sums over the dataset, and over the dataset and token); `judged` finds the
-/// first member that does not fit (`stop`), which is refused, and the members after it are not
-/// attempted (they commit alone, against the ledger as this group left it). `chain` extends the
-/// release log link by link in the same order (`WITH RECURSIVE`: each link hashes the one
-/// before). `charged` writes each dataset's row once with the prefix's sums and last link, and only
-/// if the row is still the one read under the lock (`release_count`), else its members are not
-/// attempted; `allocated` adds each token's part to its spend; `recorded` stores the releases with
-/// their seqs, links and `spent_after`. The answer has a row per member, by `ord`: a committed
-/// member's budget is the ledger right after its own charge, as a release alone answers.
+/// - `input` numbers the members (`ord`, arrival order);
+/// - `tokens` and `ledgers` lock the rows the members need, token rows first as everywhere,
+///   skipping rows another transaction holds; `ready` drops a member whose existing token row was
+///   not locked, and a member whose dataset row was not locked is not joined by `attempted`: such
+///   members are not `attempted` and commit alone;
+/// - `keys` judges each keyed member of a locked dataset (module docs): whether its key is
+///   `stored` (a plain read: the statement's snapshot; a scalar subquery, so that it is one probe
+///   of the unique index per member, never a hash of the whole table, whatever the planner
+///   believes of its size), the `first` member of the group with that
+///   key, and whether the dataset is `fresh` (the `release_count` of the row locked in `ledgers`,
+///   the last committed, equals the snapshot's, so the snapshot shows every stored key);
+///   `candidates` are the ready members the group may charge: keyless, or keyed with a free key
+///   that they are the first to carry in a fresh dataset;
+/// - the candidates of one dataset are admitted in `ord` order as a prefix, exactly as if they had
+///   committed one after another: `attempted` reads the dataset's spend, output quota and the
+///   token's allocation under the locks and adds the costs of the members before each one
+///   (`fits`: running sums over the dataset, and over the dataset and token); `judged` finds the
+///   first member that does not fit (`stop`), which is refused, and the members after it are not
+///   attempted (they commit alone, against the ledger as this group left it);
+/// - `chain` extends the release log link by link in the same order (`WITH RECURSIVE`: each link
+///   hashes the one before);
+/// - `charged` writes each dataset's row once with the prefix's sums and last link, and only if
+///   the row is still the one read under the lock (`release_count`), else its members are not
+///   attempted; `allocated` adds each token's part to its spend; `recorded` stores the releases
+///   with their seqs, links, `spent_after` and keys.
+///
+/// The answer has a row per member, by `ord`: a committed member's budget is the ledger right
+/// after its own charge, as a release alone answers; `key_stored` marks a keyed member answered by
+/// the release already stored with its key (before, or by the group's first member with it).
+/// A further rule over several datasets (e.g. a budget cap shared by them) belongs with `fits`,
+/// read under a lock taken in `ledgers`' order.
 const COMMIT_GROUP: &str = "\
 WITH RECURSIVE input AS MATERIALIZED (
     SELECT * FROM unnest($1::uuid[], $2::int8[], $3::uuid[], $4::text[], $5::text[], $6::bytea[],
-                         $7::int8[], $8::int8[], $9::text[], $10::bytea[], $11::bytea[], $12::text[])
+                         $7::int8[], $8::int8[], $9::text[], $10::bytea[], $11::bytea[], $12::text[],
+                         $14::text[], $15::bytea[])
            WITH ORDINALITY AS m(dataset_id, cost, release_id, created_by, mechanism, distribution,
-                                dimension, table_rows, label, link_prefix, link_suffix, row_names, ord)
+                                dimension, table_rows, label, link_prefix, link_suffix, row_names,
+                                idempotency_key, fingerprint, ord)
 ), tokens AS MATERIALIZED (
     SELECT td.token_id, td.dataset_id, td.spent_units, td.allocation_units
       FROM token_datasets td
@@ -444,6 +498,19 @@ WITH RECURSIVE input AS MATERIALIZED (
      WHERE d.id IN (SELECT dataset_id FROM ready)
      ORDER BY d.id
        FOR UPDATE OF d SKIP LOCKED
+), keys AS MATERIALIZED (
+    SELECT r.ord, r.release_id,
+           (SELECT true FROM releases s
+             WHERE s.dataset_id = r.dataset_id AND s.idempotency_key = r.idempotency_key)
+               IS NOT NULL AS stored,
+           first_value(r.release_id) OVER (PARTITION BY r.dataset_id, r.idempotency_key
+                                           ORDER BY r.ord) AS first,
+           l.release_count = (SELECT d.release_count FROM datasets d WHERE d.id = l.id) AS fresh
+      FROM ready r JOIN ledgers l ON l.id = r.dataset_id
+     WHERE r.idempotency_key IS NOT NULL
+), candidates AS (
+    SELECT r.* FROM ready r LEFT JOIN keys k ON k.ord = r.ord
+     WHERE k.ord IS NULL OR (k.fresh AND NOT k.stored AND k.first = k.release_id)
 ), attempted AS MATERIALIZED (
     SELECT r.*, l.release_count AS base_count, l.chain_head AS base_head,
            (l.spent_units + sum(r.cost) OVER per_dataset)::int8 AS spent_after,
@@ -456,7 +523,7 @@ WITH RECURSIVE input AS MATERIALIZED (
            AND (tokens.allocation_units IS NULL
                 OR tokens.spent_units + sum(r.cost) OVER per_token <= tokens.allocation_units)
                AS fits
-      FROM ready r JOIN ledgers l ON l.id = r.dataset_id
+      FROM candidates r JOIN ledgers l ON l.id = r.dataset_id
       LEFT JOIN tokens ON tokens.token_id = r.created_by AND tokens.dataset_id = r.dataset_id
     WINDOW per_dataset AS (PARTITION BY r.dataset_id ORDER BY r.ord),
            per_token AS (PARTITION BY r.dataset_id, r.created_by ORDER BY r.ord)
@@ -495,18 +562,18 @@ WITH RECURSIVE input AS MATERIALIZED (
      WHERE td.token_id = s.created_by AND td.dataset_id = s.dataset_id
 ), recorded AS (
     INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units,
-                          distribution, dimension, table_rows, label, chain_hash,
-                          spent_after_units, row_names)
+                          distribution, dimension, idempotency_key, fingerprint, table_rows,
+                          label, chain_hash, spent_after_units, row_names)
     SELECT a.release_id, a.dataset_id, a.seq, now(), a.created_by, a.mechanism::jsonb, a.cost,
-           a.distribution, a.dimension, a.table_rows, a.label, a.head,
-           a.spent_after,
-           a.row_names
+           a.distribution, a.dimension, a.idempotency_key, a.fingerprint, a.table_rows,
+           a.label, a.head, a.spent_after, a.row_names
       FROM admitted a JOIN charged c ON c.id = a.dataset_id
  RETURNING id, seq, created_at, spent_after_units
 )
 SELECT input.ord,
-       (r.id IS NOT NULL OR (j.rank = j.stop AND (j.stop = 1 OR c.id IS NOT NULL)))
-           IS TRUE AS attempted,
+       (r.id IS NOT NULL OR k.stored OR f.id IS NOT NULL
+        OR (j.rank = j.stop AND (j.stop = 1 OR c.id IS NOT NULL))) IS TRUE AS attempted,
+       (k.stored OR f.id IS NOT NULL) IS TRUE AS key_stored,
        c.budget_order, c.total_units, r.spent_after_units AS spent_units, r.seq AS release_count,
        c.dp_epsilon, c.dp_delta, r.seq, r.created_at,
        j.allocation_units, j.allocation_spent_units
@@ -514,4 +581,6 @@ SELECT input.ord,
   LEFT JOIN judged j ON j.ord = input.ord
   LEFT JOIN recorded r ON r.id = input.release_id
   LEFT JOIN charged c ON c.id = input.dataset_id
+  LEFT JOIN keys k ON k.ord = input.ord
+  LEFT JOIN recorded f ON f.id = k.first AND k.first <> input.release_id
  ORDER BY input.ord";

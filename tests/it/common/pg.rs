@@ -252,6 +252,17 @@ impl Throwaway {
 
     /// Fast shutdown, as an operator would do; returns once the server has exited.
     pub async fn stop(&self) -> Result<(), String> {
+        self.shut_down("INT").await
+    }
+
+    /// Immediate shutdown (`pg_ctl stop -m immediate`: every backend killed at once, no
+    /// checkpoint, crash recovery at the next start); returns once the server has exited.
+    pub async fn stop_immediately(&self) -> Result<(), String> {
+        self.shut_down("QUIT").await
+    }
+
+    /// Sends `signal` to the postmaster and waits for it to exit.
+    async fn shut_down(&self, signal: &str) -> Result<(), String> {
         let mut child = self
             .server
             .lock()
@@ -262,11 +273,11 @@ impl Throwaway {
             .map_err(|e| format!("cannot read postmaster.pid: {e}"))?;
         let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
         let status = Command::new("kill")
-            .args(["-INT", &pid])
+            .args([&format!("-{signal}"), &pid])
             .status()
             .map_err(|e| e.to_string())?;
         if !status.success() {
-            return Err(format!("kill -INT {pid} failed"));
+            return Err(format!("kill -{signal} {pid} failed"));
         }
         let deadline = Instant::now() + READY_TIMEOUT;
         while child.try_wait().map_err(|e| e.to_string())?.is_none() {
