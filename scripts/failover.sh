@@ -88,6 +88,7 @@ p1=$(free_port) p2=$(free_port) front=$(free_port)
 declare -A port=([pg1]=$p1 [pg2]=$p2)
 pids=()
 haproxy_pid=
+# shellcheck disable=SC2329 # run by the EXIT trap
 cleanup() {
   local status=$?
   for pid in "${pids[@]}" $haproxy_pid; do kill "$pid" 2>/dev/null || true; done
@@ -95,7 +96,7 @@ cleanup() {
     [ -f "$work/$node/postmaster.pid" ] && as_pg "$pg_bin/pg_ctl" -D "$work/$node" -m immediate stop >/dev/null 2>&1
   done
   for pid in "${pids[@]}" $haproxy_pid; do wait "$pid" 2>/dev/null || true; done
-  if [ "${KEEP:-0}" = 1 ] || [ $status != 0 ]; then
+  if [ "${KEEP:-0}" = 1 ] || [ "$status" != 0 ]; then
     echo "failover: logs and data kept in $work"
   else
     rm -rf "$work"
