@@ -25,20 +25,23 @@
 # exits non-zero on any violation.
 #
 # Usage: scripts/failover.sh [full|ci] [--duration S] [--replicas N] [--rate R] [--keyed PCT]
-#                            [--kill-at S] [--detect S] [--stall S]
+#                            [--kill-at S] [--detect S] [--stall S] [--async]
 #   full (default): 60 s of load at 60 releases/s, 3 replicas, 1 s stall, kill at 21 s, promotion
 #     3 s later;
 #   ci: 24 s at 40 releases/s, 2 replicas, 1 s stall, kill at 9 s, promotion 2 s later.
-# Needs: PostgreSQL 15 server binaries (/usr/lib/postgresql/15/bin), haproxy, psql, python3,
-# curl; as root it installs haproxy and postgresql with apt-get when missing, and runs PostgreSQL
-# as user postgres. BIN (default target/debug/dirichlet-release, built if missing) is the service.
+# Needs: PostgreSQL 15 server binaries (/usr/lib/postgresql/15/bin), haproxy, socat, psql,
+# python3, curl; as root it installs haproxy, socat and postgresql with apt-get when missing,
+# and runs PostgreSQL as user postgres. BIN (default target/debug/dirichlet-release, built if
+# missing) is the service.
+# --async: the same with asynchronous replication (synchronous_standby_names = ''), to show what
+# it loses: the run must then fail, with 201s whose releases the new primary lacks.
 # KEEP=1 keeps the temporary directory (logs, data directories, requests.jsonl) for inspection.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
 mode=full
-duration=60 replicas=3 rate=60 keyed=50 kill_at=20 detect=3 stall=1
+duration=60 replicas=3 rate=60 keyed=50 kill_at=20 detect=3 stall=1 async=0
 if [ "${1:-}" = ci ] || [ "${1:-}" = full ]; then mode=$1; shift; fi
 if [ "$mode" = ci ]; then duration=24 replicas=2 rate=40 kill_at=8 detect=2; fi
 while [ $# -gt 0 ]; do
@@ -50,6 +53,7 @@ while [ $# -gt 0 ]; do
     --kill-at) kill_at=$2; shift 2 ;;
     --detect) detect=$2; shift 2 ;;
     --stall) stall=$2; shift 2 ;;
+    --async) async=1; shift ;;
     *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
   esac
 done
@@ -59,6 +63,7 @@ started=$(date +%s)
 # --- tools ----------------------------------------------------------------------------------
 need_apt=()
 command -v haproxy >/dev/null || need_apt+=(haproxy)
+command -v socat >/dev/null || need_apt+=(socat)
 pg_bin=${PG_BIN:-$(ls -d /usr/lib/postgresql/15/bin 2>/dev/null || true)}
 [ -x "$pg_bin/initdb" ] || need_apt+=(postgresql-15)
 command -v psql >/dev/null || need_apt+=(postgresql-client-15)
@@ -112,9 +117,12 @@ pg_ctl() { # node args...
   local node=$1; shift
   as_pg "$pg_bin/pg_ctl" -D "$work/$node" -l "$work/$node.log" "$@"
 }
+want_sync=sync
+[ "$async" = 1 ] && want_sync=async
 node_conf() { # node: the settings that differ per node, appended (the last one wins)
   local node=$1 other=pg2
   [ "$node" = pg2 ] && other=pg1
+  [ "$async" = 1 ] && other=''
   cat >>"$work/$node/postgresql.conf" <<EOF
 # --- scripts/failover.sh: $node
 port = ${port[$node]}
@@ -149,13 +157,13 @@ as_pg "$pg_bin/pg_basebackup" -h 127.0.0.1 -p "$p1" -U postgres -D "$work/pg2" -
 node_conf pg2
 pg_ctl pg2 -w start >/dev/null
 for _ in $(seq 1 100); do
-  [ "$(psql_at pg1 -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'pg2'")" = sync ] && break
+  [ "$(psql_at pg1 -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'pg2'")" = "$want_sync" ] && break
   sleep 0.1
 done
-[ "$(psql_at pg1 -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'pg2'")" = sync ] \
-  || { echo "failover: pg2 is not a synchronous standby of pg1" >&2; exit 1; }
+[ "$(psql_at pg1 -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'pg2'")" = "$want_sync" ] \
+  || { echo "failover: pg2 is not a $want_sync standby of pg1" >&2; exit 1; }
 psql_at pg1 -c "CREATE DATABASE dirichlet"
-log "pg1 primary on :$p1, pg2 synchronous standby on :$p2"
+log "pg1 primary on :$p1, pg2 $want_sync standby on :$p2"
 
 # --- 2. HAProxy, as shipped --------------------------------------------------------------------
 export PG_FRONT_BIND="127.0.0.1:$front" PG1_ADDR="127.0.0.1:$p1" PG2_ADDR="127.0.0.1:$p2"
@@ -256,14 +264,14 @@ done
 psql_at pg2 -c "ALTER SYSTEM RESET synchronous_standby_names" -c "SELECT pg_reload_conf()" >/dev/null
 for _ in $(seq 1 100); do
   sync_state=$(psql_at pg2 -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'pg1'")
-  [ "$sync_state" = sync ] && break
+  [ "$sync_state" = "$want_sync" ] && break
   sleep 0.1
 done
 haproxy_cmd "enable server postgres/pg1" >/dev/null
 sleep 2
 event old_primary_rebuilt
 log "pg1 rewound and back as pg2's standby ($sync_state); HAProxy: pg1 $(server_status pg1), pg2 $(server_status pg2)"
-[ "$sync_state" = sync ] && [ "$(server_status pg1)" = DOWN ] && [ "$(server_status pg2)" = UP ] || fence_ok=0
+[ "$sync_state" = "$want_sync" ] && [ "$(server_status pg1)" = DOWN ] && [ "$(server_status pg2)" = UP ] || fence_ok=0
 
 wait "$load_pid"
 log "load done"
