@@ -9,26 +9,30 @@
 #     whichever node passes deploy/postgres-ha/pg-read-write-check;
 #   - REPLICAS service processes (the real binary) connected through HAProxy.
 # Then sends releases (scripts/failover_load.py: half of them with an Idempotency-Key, retried
-# when unanswered) and, during the load:
-#   1. stops pg1's WAL sender for STALL seconds, so that commits pile up on pg1 waiting for the
-#      standby, then kills every process of pg1 with SIGKILL (the node dies, commits in flight);
-# and then does what the operator's procedure (RELIABILITY.md) says:
-#   2. after DETECT seconds: fence pg1 in HAProxy (`disable server`), let pg2 commit alone
-#      (synchronous_standby_names = ''), promote pg2; HAProxy moves the traffic by itself;
-#   3. start pg1 again as it was (what a rebooted host's init would do): it comes back writable
-#      on the old timeline, and must get no write;
-#   4. stop it, rewind it onto pg2's timeline (pg_rewind), start it as pg2's standby, make pg2
-#      synchronous again, and re-enable its server line (it fails the check: it is a standby).
-# After the load: every 201 must be on the new primary (by release id), no release charged twice,
+# when unanswered) and, during the load, fails over twice, pg1 -> pg2 at KILL_AT seconds and
+# back, pg2 -> pg1, at KILL_AGAIN_AT:
+#   1. replication is stalled for STALL seconds, so that commits pile up on the primary waiting
+#      for the standby — the first time by stopping the primary's WAL sender (those commits stay
+#      on it alone), the second by stopping the standby's WAL receiver (they reach the standby,
+#      unanswered) — then every process of the primary is killed with SIGKILL (the node dies);
+# and then does what the operator's procedure (RELIABILITY.md, "Failover") says:
+#   2. after DETECT seconds: fence the dead node in HAProxy (`disable server`), let the standby
+#      commit alone (synchronous_standby_names = ''), promote it; HAProxy moves the traffic;
+#   3. the dead node is started again as it was (what a rebooted host's init would do): it comes
+#      back writable on the old timeline, and must get no write;
+#   4. it is stopped, rewound onto the new timeline (pg_rewind), started as the new primary's
+#      standby, the new primary is made synchronous again, and its server line re-enabled (it
+#      fails the check: it is a standby).
+# After the load: every 201 must be on the final primary (by release id), no release charged twice,
 # spent = the sum of the stored releases' costs, every release log verifies, nothing the old
-# primary kept got a 201 (scripts/failover_load.py check). Prints `FAILOVER {json}` figures and
+# primaries kept got a 201 (scripts/failover_load.py check). Prints `FAILOVER {json}` figures and
 # exits non-zero on any violation.
 #
 # Usage: scripts/failover.sh [full|ci] [--duration S] [--replicas N] [--rate R] [--keyed PCT]
-#                            [--kill-at S] [--detect S] [--stall S] [--async]
-#   full (default): 60 s of load at 60 releases/s, 3 replicas, 1 s stall, kill at 21 s, promotion
-#     3 s later;
-#   ci: 24 s at 40 releases/s, 2 replicas, 1 s stall, kill at 9 s, promotion 2 s later.
+#            [--kill-at S] [--kill-again-at S] [--detect S] [--stall S] [--async]
+#   full (default): 60 s of load at 60 releases/s, 3 replicas, stalls at 15 and 38 s of the load
+#     (the kills 1 s later), promotions 3 s after the kills;
+#   ci: 36 s at 40 releases/s, 2 replicas, stalls at 6 and 21 s, promotions 2 s after the kills.
 # Needs: PostgreSQL 15 server binaries (/usr/lib/postgresql/15/bin), haproxy, socat, psql,
 # python3, curl; as root it installs haproxy, socat and postgresql with apt-get when missing,
 # and runs PostgreSQL as user postgres. BIN (default target/debug/dirichlet-release, built if
@@ -41,9 +45,9 @@ cd "$(dirname "$0")/.."
 repo=$PWD
 
 mode=full
-duration=60 replicas=3 rate=60 keyed=50 kill_at=20 detect=3 stall=1 async=0
+duration=60 replicas=3 rate=60 keyed=50 kill_at=15 kill_again_at=38 detect=3 stall=1 async=0
 if [ "${1:-}" = ci ] || [ "${1:-}" = full ]; then mode=$1; shift; fi
-if [ "$mode" = ci ]; then duration=24 replicas=2 rate=40 kill_at=8 detect=2; fi
+if [ "$mode" = ci ]; then duration=36 replicas=2 rate=40 kill_at=6 kill_again_at=21 detect=2; fi
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
@@ -51,6 +55,7 @@ while [ $# -gt 0 ]; do
     --rate) rate=$2; shift 2 ;;
     --keyed) keyed=$2; shift 2 ;;
     --kill-at) kill_at=$2; shift 2 ;;
+    --kill-again-at) kill_again_at=$2; shift 2 ;;
     --detect) detect=$2; shift 2 ;;
     --stall) stall=$2; shift 2 ;;
     --async) async=1; shift ;;
@@ -119,22 +124,29 @@ pg_ctl() { # node args...
 }
 want_sync=sync
 [ "$async" = 1 ] && want_sync=async
-node_conf() { # node: the settings that differ per node, appended (the last one wins)
+# Each node's own settings live outside its data directory, as on Debian (/etc/postgresql/…):
+# pg_rewind copies the source's postgresql.conf and postgresql.auto.conf over the rewound node's,
+# which turned a rebuilt pg1 into a second "pg2" on pg2's port when they lived inside.
+node_conf() { # node
   local node=$1 other=pg2
   [ "$node" = pg2 ] && other=pg1
   [ "$async" = 1 ] && other=''
-  cat >>"$work/$node/postgresql.conf" <<EOF
-# --- scripts/failover.sh: $node
+  cat >"$work/$node.conf" <<EOF
+include '$work/common.conf'
 port = ${port[$node]}
 cluster_name = '$node'
 synchronous_standby_names = '$other'
 EOF
 }
+pg_start() { # node
+  pg_ctl "$1" -o "-c config_file=$work/$1.conf" -w start
+}
 
 # --- 1. pg1 primary, pg2 synchronous standby -------------------------------------------------
 as_pg "$pg_bin/initdb" -D "$work/pg1" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
-cat >>"$work/pg1/postgresql.conf" <<EOF
-# --- scripts/failover.sh: both nodes
+cp "$work/pg1/postgresql.conf" "$work/initdb.conf"; chmod 644 "$work/initdb.conf"
+cat >"$work/common.conf" <<EOF
+include '$work/initdb.conf'
 listen_addresses = '127.0.0.1'
 unix_socket_directories = '$work'
 max_connections = 200
@@ -151,11 +163,11 @@ wal_log_hints = on
 wal_retrieve_retry_interval = 1s
 EOF
 node_conf pg1
-pg_ctl pg1 -w start >/dev/null
+pg_start pg1 >/dev/null
 as_pg "$pg_bin/pg_basebackup" -h 127.0.0.1 -p "$p1" -U postgres -D "$work/pg2" -X stream -R \
   --checkpoint=fast
 node_conf pg2
-pg_ctl pg2 -w start >/dev/null
+pg_start pg2 >/dev/null
 for _ in $(seq 1 100); do
   [ "$(psql_at pg1 -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'pg2'")" = "$want_sync" ] && break
   sleep 0.1
@@ -203,82 +215,107 @@ bases_csv=$(IFS=,; echo "${bases[*]}")
 python3 scripts/failover_load.py setup --base "${bases[0]}" --admin "$admin" --datasets 4 --out "$work/datasets.json"
 log "$replicas service replicas ready; load: ${duration}s at ${rate}/s, ${keyed}% keyed"
 
-# --- 4. the load, and the failover during it ----------------------------------------------------
+# --- 4. the load, and two failovers during it ----------------------------------------------------
+fence_ok=1
+declare -A stall_what=([sender]="the primary's WAL sender (the commits in flight stay on it alone)"
+  [receiver]="the standby's WAL receiver (the commits in flight reach it, unacknowledged)")
+
+# fail_over FROM TO STALL: the node FROM dies with commits in flight, TO is promoted.
+fail_over() {
+  local from=$1 to=$2 side=$3 stalled postmaster children
+  # Commits in flight when the node dies: replication is stalled for STALL seconds first, so that
+  # commits pile up on FROM waiting for the standby's acknowledgement (as behind a slow link).
+  # Stopping FROM's WAL sender keeps them on FROM alone; stopping TO's WAL receiver lets their
+  # WAL reach TO (it is in the socket) once it resumes: unanswered releases that the new primary
+  # has, which a keyed retry must get back as they are.
+  if [ "$side" = sender ]; then
+    stalled=$(psql_at "$from" -c "SELECT pid FROM pg_stat_replication WHERE application_name = '$to'")
+  else
+    stalled=$(psql_at "$to" -c "SELECT pid FROM pg_stat_wal_receiver")
+  fi
+  kill -STOP "$stalled"
+  sleep "$stall"
+  postmaster=$(head -1 "$work/$from/postmaster.pid")
+  mapfile -t children < <(pgrep -P "$postmaster")
+  kill -9 "$postmaster" "${children[@]}"
+  event "kill_$from"
+  [ "$side" = receiver ] && kill -CONT "$stalled"
+  log "$from killed (SIGKILL to its postmaster and ${#children[@]} children) after ${stall}s with ${stall_what[$side]} stopped"
+  sleep "$detect"
+  # The operator's procedure: fence first, then promote.
+  haproxy_cmd "disable server postgres/$from" >/dev/null
+  psql_at "$to" -c "ALTER SYSTEM SET synchronous_standby_names = ''" -c "SELECT pg_reload_conf()" >/dev/null
+  pg_ctl "$to" -w promote >/dev/null
+  event "promoted_$to"
+  for _ in $(seq 1 50); do [ "$(server_status "$to")" = UP ] && break; sleep 0.1; done
+  log "$from fenced ($(server_status "$from")), $to promoted; HAProxy: $to $(server_status "$to")"
+}
+
+# come_back FROM TO: the dead node comes back as it was (writable, on the old timeline: what a
+# rebooted host's init does) and must get no write; then it is rewound and rebuilt as TO's
+# standby, TO is made synchronous again, and FROM's server line is given back.
+come_back() {
+  local from=$1 to=$2 writable check=fails before after sync_state=
+  # (pg_ctl warns that a server might be running: the killed postmaster left its pid file.)
+  pg_start "$from" >/dev/null 2>&1
+  event "back_as_it_was_$from"
+  writable=$(psql_at "$from" -c "SELECT NOT pg_is_in_recovery()")
+  "$PG_CHECK" NOT_USED NOT_USED 127.0.0.1 "${port[$from]}" && check=passes
+  before=$(DB=dirichlet psql_at "$from" -c "SELECT count(*) FROM releases")
+  sleep 3
+  after=$(DB=dirichlet psql_at "$from" -c "SELECT count(*) FROM releases")
+  DB=dirichlet psql_at "$from" -F'|' -c "SELECT id, dataset_id, coalesce(label, '') FROM releases" >>"$work/old-releases.txt"
+  log "$from back as it was: writable=$writable, read-write check $check, HAProxy $(server_status "$from"); its releases $before -> $after"
+  [ "$before" = "$after" ] && [ "$(server_status "$from")" = MAINT ] || fence_ok=0
+
+  pg_ctl "$from" -m fast -w stop >/dev/null
+  # pg_rewind reads the source's timeline from its control file, which a promotion updates only
+  # at its next checkpoint: without this it may find "the same timeline" and rewind nothing.
+  psql_at "$to" -c CHECKPOINT
+  as_pg "$pg_bin/pg_rewind" -D "$work/$from" --write-recovery-conf \
+    --source-server="host=127.0.0.1 port=${port[$to]} user=postgres dbname=postgres" >"$work/pg_rewind-$from.log" 2>&1
+  grep -q "^pg_rewind: Done!" "$work/pg_rewind-$from.log" \
+    || { cat "$work/pg_rewind-$from.log"; echo "failover: pg_rewind did not rewind $from" >&2; exit 1; }
+  pg_start "$from" >/dev/null
+  for _ in $(seq 1 100); do
+    [ "$(psql_at "$to" -c "SELECT state FROM pg_stat_replication WHERE application_name = '$from'")" = streaming ] && break
+    sleep 0.1
+  done
+  psql_at "$to" -c "ALTER SYSTEM RESET synchronous_standby_names" -c "SELECT pg_reload_conf()" >/dev/null
+  for _ in $(seq 1 100); do
+    sync_state=$(psql_at "$to" -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = '$from'")
+    [ "$sync_state" = "$want_sync" ] && break
+    sleep 0.1
+  done
+  haproxy_cmd "enable server postgres/$from" >/dev/null
+  sleep 2
+  event "rebuilt_$from"
+  log "$from rewound and back as $to's standby ($sync_state); HAProxy: $from $(server_status "$from"), $to $(server_status "$to")"
+  [ "$sync_state" = "$want_sync" ] && [ "$(server_status "$from")" = DOWN ] && [ "$(server_status "$to")" = UP ] || fence_ok=0
+}
+
+load_start=$(now)
 python3 scripts/failover_load.py run --bases "$bases_csv" --admin "$admin" --datasets "$work/datasets.json" \
   --duration "$duration" --rate "$rate" --keyed "$keyed" --out "$work/requests.jsonl" &
 load_pid=$!
 pids+=("$load_pid")
-sleep "$kill_at"
+sleep_until() { sleep "$(awk -v t="$1" -v s="$load_start" -v n="$(now)" 'BEGIN { d = s + t - n; print (d > 0 ? d : 0) }')"; }
 
-# Commits in flight when the node dies: pg1's WAL sender to pg2 is stopped for STALL seconds
-# first, so that commits pile up on pg1 waiting for the standby's acknowledgement (as behind a
-# slow link); they are written on pg1 alone and must not be answered 201.
-sender=$(psql_at pg1 -c "SELECT pid FROM pg_stat_replication WHERE application_name = 'pg2'")
-kill -STOP "$sender"
-sleep "$stall"
-postmaster=$(head -1 "$work/pg1/postmaster.pid")
-mapfile -t children < <(pgrep -P "$postmaster")
-kill -9 "$postmaster" "${children[@]}"
-event kill
-log "pg1 killed: kill -9 of its postmaster and ${#children[@]} children, its WAL sender to pg2 stopped ${stall}s before"
-sleep "$detect"
-
-# The operator's procedure: fence first, then promote.
-haproxy_cmd "disable server postgres/pg1" >/dev/null
-psql_at pg2 -c "ALTER SYSTEM SET synchronous_standby_names = ''" -c "SELECT pg_reload_conf()" >/dev/null
-pg_ctl pg2 -w promote >/dev/null
-event promoted
-for _ in $(seq 1 50); do [ "$(server_status pg2)" = UP ] && break; sleep 0.1; done
-log "pg1 fenced ($(server_status pg1)), pg2 promoted; HAProxy: pg2 $(server_status pg2)"
-
-# The old primary comes back as it was: writable, on the old timeline, and fenced.
-sleep $((duration > 30 ? 8 : 4))
-# (pg_ctl warns that a server might be running: the killed postmaster left its pid file.)
-pg_ctl pg1 -w start >/dev/null 2>&1
-event old_primary_up
-old_writable=$(DB=postgres psql_at pg1 -c "SELECT NOT pg_is_in_recovery()")
-old_check=fails
-"$PG_CHECK" NOT_USED NOT_USED 127.0.0.1 "$p1" && old_check=passes
-old_before=$(DB=dirichlet psql_at pg1 -c "SELECT count(*) FROM releases")
-sleep 3
-old_after=$(DB=dirichlet psql_at pg1 -c "SELECT count(*) FROM releases")
-DB=dirichlet psql_at pg1 -F'|' -c "SELECT id, dataset_id, coalesce(label, '') FROM releases" >"$work/old-releases.txt"
-log "pg1 back as it was: writable=$old_writable, read-write check $old_check, HAProxy $(server_status pg1); its releases $old_before -> $old_after"
-fence_ok=1
-[ "$old_before" = "$old_after" ] && [ "$(server_status pg1)" = MAINT ] || fence_ok=0
-
-# Rebuild it as pg2's standby, make pg2 synchronous again, and give its server line back.
-pg_ctl pg1 -m fast -w stop >/dev/null
-# pg_rewind reads the source's timeline from its control file, which a promotion updates only at
-# its next checkpoint: without this it may find "the same timeline" and rewind nothing.
-psql_at pg2 -c CHECKPOINT
-as_pg "$pg_bin/pg_rewind" -D "$work/pg1" --source-server="host=127.0.0.1 port=$p2 user=postgres dbname=postgres" \
-  --write-recovery-conf >"$work/pg_rewind.log" 2>&1
-grep -q "^pg_rewind: Done!" "$work/pg_rewind.log" || { cat "$work/pg_rewind.log"; echo "failover: pg_rewind did not rewind pg1" >&2; exit 1; }
-node_conf pg1
-pg_ctl pg1 -w start >/dev/null
-for _ in $(seq 1 100); do
-  [ "$(psql_at pg2 -c "SELECT state FROM pg_stat_replication WHERE application_name = 'pg1'")" = streaming ] && break
-  sleep 0.1
-done
-psql_at pg2 -c "ALTER SYSTEM RESET synchronous_standby_names" -c "SELECT pg_reload_conf()" >/dev/null
-for _ in $(seq 1 100); do
-  sync_state=$(psql_at pg2 -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'pg1'")
-  [ "$sync_state" = "$want_sync" ] && break
-  sleep 0.1
-done
-haproxy_cmd "enable server postgres/pg1" >/dev/null
-sleep 2
-event old_primary_rebuilt
-log "pg1 rewound and back as pg2's standby ($sync_state); HAProxy: pg1 $(server_status pg1), pg2 $(server_status pg2)"
-[ "$sync_state" = "$want_sync" ] && [ "$(server_status pg1)" = DOWN ] && [ "$(server_status pg2)" = UP ] || fence_ok=0
-
+sleep_until "$kill_at"
+fail_over pg1 pg2 sender
+sleep 4
+come_back pg1 pg2
+sleep_until "$kill_again_at"
+fail_over pg2 pg1 receiver
+sleep 4
+come_back pg2 pg1
 wait "$load_pid"
 log "load done"
+primary=pg1
 
 # --- 5. the verdict --------------------------------------------------------------------------------
-DB=dirichlet psql_at pg2 -F'|' -c "SELECT id, dataset_id, coalesce(label, ''), coalesce(idempotency_key, ''), cost_units, seq FROM releases" >"$work/new-releases.txt"
-DB=dirichlet psql_at pg2 -F'|' -c "SELECT id, spent_units, release_count, total_units FROM datasets" >"$work/new-datasets.txt"
+DB=dirichlet psql_at "$primary" -F'|' -c "SELECT id, dataset_id, coalesce(label, ''), coalesce(idempotency_key, ''), cost_units, seq FROM releases" >"$work/new-releases.txt"
+DB=dirichlet psql_at "$primary" -F'|' -c "SELECT id, spent_units, release_count, total_units FROM datasets" >"$work/new-datasets.txt"
 status=0
 python3 scripts/failover_load.py check --requests "$work/requests.jsonl" --datasets "$work/datasets.json" \
   --events "$work/events.txt" --new-releases "$work/new-releases.txt" --new-datasets "$work/new-datasets.txt" \
