@@ -69,6 +69,7 @@ started=$(date +%s)
 need_apt=()
 command -v haproxy >/dev/null || need_apt+=(haproxy)
 command -v socat >/dev/null || need_apt+=(socat)
+command -v pgrep >/dev/null || need_apt+=(procps)
 pg_bin=${PG_BIN:-$(ls -d /usr/lib/postgresql/15/bin 2>/dev/null || true)}
 [ -x "$pg_bin/initdb" ] || need_apt+=(postgresql-15)
 command -v psql >/dev/null || need_apt+=(postgresql-client-15)
