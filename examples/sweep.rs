@@ -42,7 +42,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::{value_parser, Arg, ArgAction, Command};
-use dirichlet_release::privacy::accuracy::Noise;
+use dirichlet_release::privacy::accuracy::{gaussian_noise, laplace_noise};
 use dirichlet_release::privacy::sampler::os_rng;
 use dirichlet_release::privacy::special::ln_gamma;
 use dirichlet_release::privacy::{Counts, Order, Sensitivity};
@@ -575,18 +575,18 @@ fn simulate_fixed(
         &Vector::Uniform.counts(n, du),
     )?;
     let params = plan.draw().parameters();
-    let noise = match mechanism {
+    let beta = 1.0 - CONFIDENCE;
+    let smoothing = match mechanism {
         "gaussian" => params
             .get("sigma")
             .and_then(Value::as_f64)
-            .map(|sigma| Noise::Gaussian { sigma }),
+            .map(|sigma| gaussian_noise(sigma).best_smoothing(du, n as f64, beta)),
         "laplace" => params
             .get("scale")
             .and_then(Value::as_f64)
-            .map(|scale| Noise::Laplace { scale }),
+            .map(|scale| laplace_noise(scale).best_smoothing(du, n as f64, beta)),
         _ => None,
     };
-    let smoothing = noise.map(|noise| noise.best_smoothing(du, n as f64, 1.0 - CONFIDENCE));
     let smoothed = match smoothing {
         Some(k) => {
             let mut f = fields.clone();
