@@ -10,8 +10,9 @@ Environment: BIN (default $CARGO_TARGET_DIR/release/dirichlet-release), PG (admi
 PostgreSQL server to measure; default postgres://postgres@127.0.0.1:5432/postgres — WAL is
 counted cluster-wide, so a server of its own gives clean WAL figures: see docs/SCALING.md),
 DIMS (space-separated, default "2 10 100 1000 10000"), OUT (default target/scale).
-Concurrent part: wrk, 64 connections over 64 datasets at d = 16, keyless then keyed (CONC_SECONDS,
-default 10; CONC=0 skips it).
+Concurrent part: wrk, 64 connections over 64 datasets at d = 16, keyless then keyed; then all 64
+on one dataset through 1, 2 and 4 servers (replicas) on one database, sampling lock waits in
+pg_stat_activity (CONC_SECONDS per workload, default 10; CONC=0 skips it).
 
 Every database and file it creates is its own (scale_* databases, dropped at the end).
 """
@@ -279,6 +280,76 @@ end
         psql(PG, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+def contention(work, replicas):
+    """All clients on one dataset, through `replicas` servers on one database (64 wrk connections
+    in all): releases per transaction, and how often a backend waited on a lock, sampled from
+    pg_stat_activity every 20 ms while wrk ran."""
+    name = f"scale_hot{replicas}_{os.getpid()}"
+    url = db_url(name)
+    psql(PG, f"CREATE DATABASE {name}")
+    servers = []
+    try:
+        servers.append(Server(url, work))
+        ds = servers[0].dataset("hot")
+        analyst = servers[0].analyst([ds])
+        for _ in range(replicas - 1):
+            s = Server(url, work)
+            s.admin = servers[0].admin
+            servers.append(s)
+        req = json.dumps(body(16))
+        lua = os.path.join(work, "hot.lua")
+        with open(lua, "w") as f:
+            f.write(f"""
+wrk.method = "POST"
+wrk.body = '{req}'
+wrk.headers["Authorization"] = "Bearer {analyst}"
+wrk.headers["Content-Type"] = "application/json"
+wrk.path = "/v1/datasets/{ds}/releases"
+""")
+        servers[0].call("POST", f"/v1/datasets/{ds}/releases", body(16), analyst)
+        count0 = int(psql(url, "SELECT count(*) FROM releases")[0][0])
+        la0 = load1()
+        procs = [subprocess.Popen(["wrk", "-t1", f"-c{64 // replicas}", f"-d{CONC_SECONDS}s",
+                                   "--timeout", "10s", "-s", lua,
+                                   f"http://127.0.0.1:{s.port}"],
+                                  stdout=subprocess.PIPE, text=True) for s in servers]
+        samples = lock_waits = active = 0
+        sampler = ["psql", url, "-XAtq", "-F", "\t"]
+        script = ("SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'), "
+                  "count(*) FILTER (WHERE state = 'active') FROM pg_stat_activity "
+                  f"WHERE datname = '{name}' AND application_name = 'dirichlet-release';\n"
+                  "SELECT pg_sleep(0.02);\n") * int(CONC_SECONDS * 40)
+        out = subprocess.run(sampler, input=script, capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            parts = line.split("\t")
+            if len(parts) == 2 and parts[0].isdigit():
+                samples += 1
+                lock_waits += int(parts[0])
+                active += int(parts[1])
+        outs = [p.communicate()[0] for p in procs]
+        la1 = load1()
+        n = int(psql(url, "SELECT count(*) FROM releases")[0][0]) - count0
+        groups = psql(url, """
+            SELECT size, count(*) FROM (SELECT xmin::text, count(*) AS size FROM releases
+                                        GROUP BY 1) g GROUP BY size ORDER BY size""")
+        dist = {int(s): int(c) for s, c in groups}
+        txns = sum(dist.values())
+        rps = sum(float(l.split()[1]) for o in outs for l in o.splitlines()
+                  if l.startswith("Requests/sec"))
+        return {"backend": "postgres", "workload": f"hot_{replicas}_replicas", "d": 16,
+                "conns": 64, "seconds": CONC_SECONDS, "releases": n, "wrk_rps": round(rps, 1),
+                "load1_before": la0, "load1_after": la1, "transactions": txns,
+                "releases_per_transaction": round(sum(s * c for s, c in dist.items()) / txns, 2),
+                "alone_share": round(dist.get(1, 0) / n, 3) if n else None,
+                "lock_wait_per_sample": round(lock_waits / samples, 2) if samples else None,
+                "active_per_sample": round(active / samples, 2) if samples else None,
+                "samples": samples}
+    finally:
+        for s in servers:
+            s.stop()
+        psql(PG, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 def main():
     if not os.access(BIN, os.X_OK):
         raise SystemExit(f"{BIN} missing: cargo build --release --bin dirichlet-release")
@@ -302,6 +373,10 @@ def main():
         if CONC and shutil.which("wrk"):
             for keyed in (False, True):
                 r = concurrent(work, keyed)
+                results.append(r)
+                print(json.dumps(r), flush=True)
+            for replicas in (1, 2, 4):
+                r = contention(work, replicas)
                 results.append(r)
                 print(json.dumps(r), flush=True)
     finally:
