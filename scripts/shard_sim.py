@@ -36,6 +36,9 @@ What it models
   flush), then, after all have answered, COMMIT PREPARED (`--commit-prepared-ms` CPU, a flush);
   a network round trip (`--rtt-ms`) before each phase. Its rows stay locked (and its slot held)
   until the second phase ends on every participant.
+- Service times vary: every CPU job takes its cost times a uniform factor in [1 - j, 1 + j]
+  (`--jitter`, default 0.5), so that queues form as they do on a real machine; flushes and
+  round trips are fixed.
 - Calibration: with --calibrate RPS, every CPU cost is scaled by one factor so that 1 shard,
   spread, depth 0 gives RPS (the measured single-primary figure); the factor is printed.
 """
@@ -59,10 +62,12 @@ def parse():
     p.add_argument("--datasets-per-tree", type=int, default=8)
     p.add_argument("--depth", type=int, default=2, help="ancestor nodes charged per release")
     p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--jitter", type=float, default=0.5,
+                   help="every CPU job takes its cost times a uniform factor in [1-j, 1+j]")
     p.add_argument("--slots", type=int, default=2, help="commit slots per shard")
     p.add_argument("--max-group", type=int, default=64)
-    p.add_argument("--service-ms", type=float, default=0.30)
-    p.add_argument("--stmt-ms", type=float, default=0.60)
+    p.add_argument("--service-ms", type=float, default=0.40)
+    p.add_argument("--stmt-ms", type=float, default=0.80)
     p.add_argument("--member-ms", type=float, default=0.024)
     p.add_argument("--node-ms", type=float, default=0.012)
     p.add_argument("--keyed-share", type=float, default=0.5)
@@ -100,6 +105,8 @@ class Machine:
         self.sim, self.free, self.queue = sim, cores, []
 
     def run(self, ms, then):
+        j = self.sim.a.jitter
+        ms *= self.sim.rng.uniform(1 - j, 1 + j) if j else 1.0
         if self.free:
             self.free -= 1
             self.sim.at(ms, self._done, then)
