@@ -9,7 +9,8 @@ share one transaction (group commit). Stdlib only; drives the release build over
 Environment: BIN (default $CARGO_TARGET_DIR/release/dirichlet-release), PG (admin URL of the
 PostgreSQL server to measure; default postgres://postgres@127.0.0.1:5432/postgres — WAL is
 counted cluster-wide, so a server of its own gives clean WAL figures: see docs/SCALING.md),
-DIMS (space-separated, default "2 10 100 1000 10000"), OUT (default target/scale).
+DIMS (space-separated, default "2 10 100 1000 10000"), BACKENDS (default "postgres sqlite"),
+OUT (default target/scale).
 Concurrent part: wrk, 64 connections over 64 datasets at d = 16, keyless then keyed; then all 64
 on one dataset through 1, 2 and 4 servers (replicas) on one database, sampling lock waits in
 pg_stat_activity (CONC_SECONDS per workload, default 10; CONC=0 skips it).
@@ -34,6 +35,7 @@ PG = os.environ.get("PG", "postgres://postgres@127.0.0.1:5432/postgres")
 DIMS = [int(d) for d in os.environ.get("DIMS", "2 10 100 1000 10000").split()]
 OUT = os.environ.get("OUT", f"{TARGET}/scale")
 CONC = os.environ.get("CONC", "1") != "0"
+BACKENDS = os.environ.get("BACKENDS", "postgres sqlite").split()
 CONC_SECONDS = int(os.environ.get("CONC_SECONDS", "3" if SHORT else "10"))
 
 
@@ -187,12 +189,18 @@ def pg_one_d(d, work):
 
 
 def sqlite_size(path):
-    return sum(os.path.getsize(p) for p in (path, path + "-wal", path + "-shm") if os.path.exists(p))
+    """The main file after a full checkpoint (its -wal emptied into it): what the ledger occupies,
+    not how far the write-ahead log happened to be from its next checkpoint."""
+    import sqlite3
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    return sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
 
 
 def sqlite_one_d(d, work):
-    """File bytes after n releases minus after one, both measured with the server stopped (its
-    pool closes the WAL, which checkpoints it into the main file)."""
+    """File bytes after n releases minus after one, both measured with the server stopped and the
+    WAL checkpointed into the main file."""
     sizes = {}
     n = releases_for(d)
     for count in (1, n + 1):
@@ -362,11 +370,11 @@ def main():
                                  "'wal_compression', 'shared_buffers', 'synchronous_commit')"))
         results.append({"settings": settings})
         print("settings:", settings, flush=True)
-        for d in DIMS:
+        for d in DIMS if "postgres" in BACKENDS else []:
             r = pg_one_d(d, work)
             results.append(r)
             print(json.dumps(r), flush=True)
-        for d in DIMS:
+        for d in DIMS if "sqlite" in BACKENDS else []:
             r = sqlite_one_d(d, work)
             results.append(r)
             print(json.dumps(r), flush=True)
