@@ -52,8 +52,8 @@ import zlib
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--shards", default="1,2,4,8,12,16", help="comma-separated shard counts")
-    p.add_argument("--seconds", type=float, default=0.6, help="simulated seconds per point")
+    p.add_argument("--shards", default="1,2,4,8,16", help="comma-separated shard counts")
+    p.add_argument("--seconds", type=float, default=0.4, help="simulated seconds per point")
     p.add_argument("--warmup", type=float, default=0.15, help="simulated seconds not counted")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workload", choices=["spread", "hot"], default="spread")
