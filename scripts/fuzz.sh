@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes request parsing and validation for a bounded time: fuzz/fuzz_targets/requests.rs feeds
 # arbitrary bytes to the release body's parse → validate → calibrate → price → draw path
-# (`http::releases::plan_release`) and to the dataset registration parser
+# (`release::request::Request::plan`, `release::draw`) and to the dataset registration parser
 # (`http::datasets::parse_registration`). Any panic, failed assertion or sanitizer report fails
 # the run; the input that caused it is kept in fuzz/artifacts/requests/.
 #

@@ -15,6 +15,7 @@ use dirichlet_release::http::error::{problem_response, ApiError};
 use dirichlet_release::http::extract::parse_json_bounded;
 use dirichlet_release::ledger::{Dataset, Output, Units};
 use dirichlet_release::privacy::{Order, Sensitivity};
+use dirichlet_release::release::draw;
 use dirichlet_release::release::request::{Context, Request, RequestBody};
 use libfuzzer_sys::fuzz_target;
 
@@ -83,7 +84,6 @@ fuzz_target!(|data: &[u8]| {
     let Ok(plan) = request.plan(dataset.order, &dataset.sensitivity) else {
         return;
     };
-    let input = request.input;
     assert!(plan.price.is_finite() && plan.price >= 0.0, "{plan:?}");
     assert!(
         plan.charge.to_f64() >= plan.price,
@@ -92,10 +92,9 @@ fuzz_target!(|data: &[u8]| {
     serde_json::to_string(&plan.record).expect("the mechanism record serialises");
     // The draw the service makes (from an OS-seeded generator): an admitted plan has
     // passed the shape check, so it must succeed, for a vector and every row of a table.
-    let (output, _drawn) = input
-        .draw(&plan.draw)
+    let (output, _drawn) = draw(&plan, &request.input)
         .unwrap_or_else(|e| panic!("an admitted plan failed to draw ({e}): {plan:?}"));
-    assert_eq!(output.values().len(), input.total_cells());
+    assert_eq!(output.values().len(), request.input.total_cells());
     let rows: Vec<&[f64]> = match &output {
         Output::Vector(y) => vec![y],
         Output::Table(t) => t.iter_rows().collect(),

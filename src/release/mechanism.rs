@@ -513,6 +513,10 @@ pub trait Strength<D> {
     fn request_epsilon(&self, params: &D) -> f64;
     /// The largest grid value (in 2⁻⁴⁰ units) this mechanism can be asked at.
     fn max_units(&self) -> u64;
+    /// Whether its KL bound falls monotonically with t. Where it does not (a prior that pulls
+    /// towards uniform meets a target above log d at small ε, misses it further up and meets
+    /// it again), the search scans the grid below the crossing it found for a cheaper band.
+    fn kl_monotone(&self) -> bool;
 }
 
 /// The cheap bounds of a mechanism whose exact planning is costly (the exponential mechanism's

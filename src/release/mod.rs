@@ -340,6 +340,42 @@ mod tests {
     use crate::privacy::types::Relation;
     use crate::privacy::Prior;
 
+    /// The figures quoted in docs/PRIVACY.md ("Public lower bound", "Gain"): at λ₀ = 22,
+    /// ε = 0.5, replace one, d = 3, a bound L = 5 buys a larger r for `dirichlet` and
+    /// `diffuse` and a smaller α for `posterior` (α + rL unchanged), each still priced at ε.
+    #[test]
+    fn lower_bound_gain_at_l_5() {
+        let t = Target {
+            epsilon: Epsilon::new(0.5).unwrap(),
+            order: Order::new(22.0).unwrap(),
+        };
+        let s = Sensitivity::REPLACE_ONE;
+        let l5 = || Some(CellValues::Uniform(5.0));
+        let solved = |spec: Spec| {
+            let p = plan(&spec, 3, t.order, &s).unwrap();
+            assert!((0.5 * (1.0 - 1e-9)..=0.5).contains(&p.price), "{}", p.price);
+            let d = dirichlet_draw(&p);
+            (d.r, d.base.at(0))
+        };
+        let near = |got: f64, quoted: f64| {
+            assert!((got / quoted - 1.0).abs() < 5e-4, "{got} is not {quoted}");
+        };
+        let one = || CellValues::Uniform(1.0);
+        let (r0, _) = solved(dirichlet_bounded(t, 1.0, None));
+        let (r5, _) = solved(dirichlet_bounded(t, 1.0, l5()));
+        near(r0, 1.9054);
+        near(r5, 2.0199);
+        let (d0, _) = solved(diffuse_bounded(t, one(), None));
+        let (d5, _) = solved(diffuse_bounded(t, one(), l5()));
+        near(d0, 0.04762);
+        near(d5, 0.06250);
+        let (_, a0) = solved(posterior_shaped(t, 1.0, Some(one()), None));
+        let (_, a5) = solved(posterior_shaped(t, 1.0, Some(one()), l5()));
+        near(a0, 45.78);
+        near(a5, 40.78);
+        assert!((a5 + 5.0 - a0).abs() < 1e-9 * a0, "{a0} {a5}");
+    }
+
     fn order(v: f64) -> Order {
         Order::new(v).unwrap()
     }

@@ -269,4 +269,8 @@ impl Strength<DirichletDraw> for Scaled {
     fn max_units(&self) -> u64 {
         MAX_UNITS
     }
+
+    fn kl_monotone(&self) -> bool {
+        true
+    }
 }

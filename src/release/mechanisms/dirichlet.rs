@@ -284,4 +284,8 @@ impl Strength<DirichletDraw> for Rule {
     fn max_units(&self) -> u64 {
         MAX_UNITS
     }
+
+    fn kl_monotone(&self) -> bool {
+        true
+    }
 }

@@ -497,6 +497,10 @@ impl Strength<SelectionDrawParams> for Selection {
     fn max_units(&self) -> u64 {
         ((self.candidates.max_epsilon() / GRID).floor() as u64).min(MAX_UNITS)
     }
+
+    fn kl_monotone(&self) -> bool {
+        true
+    }
 }
 
 /// Lower bounds on the exponential mechanism's forecasts in O(1), for ruling it out without

@@ -497,6 +497,10 @@ impl<L: Law> Strength<NoiseDraw<L>> for Scale<L> {
     fn max_units(&self) -> u64 {
         MAX_UNITS
     }
+
+    fn kl_monotone(&self) -> bool {
+        true
+    }
 }
 
 /// The noise field's description in a request shape.

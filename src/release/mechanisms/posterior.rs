@@ -329,4 +329,9 @@ impl Strength<DirichletDraw> for Concentrated {
     fn max_units(&self) -> u64 {
         MAX_UNITS
     }
+
+    /// Its prior shrinks the draw towards uniform as ε falls: docs/PRIVACY.md, "The search".
+    fn kl_monotone(&self) -> bool {
+        false
+    }
 }

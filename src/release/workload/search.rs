@@ -318,9 +318,18 @@ impl<M: Registered> Typed<'_, M> {
         let top = self.strongest().map_or(0, |(_, e)| {
             ((e / GRID).floor() as u64).min(self.max_units())
         });
-        let found = (top > 0 && self.meets_at(top))
-            .then(|| self.refine(0, top))
-            .flatten();
+        if top == 0 || !self.meets_at(top) {
+            return Found::Fails(
+                "no grid value meets the target with a release f64 can carry at this total".into(),
+            );
+        }
+        // The weakest carried value first: the bisection below finds a crossing, which is the
+        // cheapest only where the bounds are monotone in ε.
+        let weakest = self.weakest_feasible();
+        if let Some(found) = weakest.and_then(|w| self.reaches_at(w)) {
+            return found;
+        }
+        let found = self.refine(weakest.map_or(0, |w| w.min(top)), top);
         match found {
             Some(units) => Found::Reaches {
                 estimate: self.cost_of_price(units as f64 * GRID),
@@ -392,23 +401,55 @@ impl<M: Registered> Typed<'_, M> {
         })
     }
 
-    /// The smallest grid value, if it meets the target; else the whole grid.
-    fn at_the_bottom(&self) -> Found {
-        match self.calibrated(1) {
-            Some(weak)
-                if self
-                    .exact_bounds(&weak)
-                    .is_some_and(|b| self.frame.meets(b)) =>
-            {
-                Found::Reaches {
-                    estimate: self.cost_of_price(self.price(&weak)),
-                    units: Some(1),
-                    lo: 0,
-                    hi: 1,
-                }
-            }
-            _ => self.whole_grid(),
+    /// The smallest grid value whose release f64 can carry at the item's total: 1 where it
+    /// can, else the boundary found by bisection (a release too weak to carry — a Gamma shape
+    /// that underflows — fails below it), `None` if not even the top can.
+    fn weakest_feasible(&self) -> Option<u64> {
+        let carried = |units: u64| {
+            self.calibrated(units)
+                .and_then(|p| self.exact_bounds(&p))
+                .is_some()
+        };
+        if carried(1) {
+            return Some(1);
         }
+        let top = self.max_units();
+        if top <= 1 || !carried(top) {
+            return None;
+        }
+        let (mut lo, mut hi) = (1u64, top);
+        while hi - lo > 1 && !self.frame.cancelled() {
+            let mid = lo + (hi - lo) / 2;
+            if carried(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        Some(hi)
+    }
+
+    /// The answer at `units` when it is the cheapest value the release can carry and meets
+    /// the target.
+    fn reaches_at(&self, units: u64) -> Option<Found> {
+        let p = self.calibrated(units)?;
+        let b = self.exact_bounds(&p)?;
+        self.frame.meets(b).then(|| Found::Reaches {
+            estimate: self.cost_of_price(self.price(&p)),
+            units: Some(units),
+            lo: units - 1,
+            hi: units,
+        })
+    }
+
+    /// The weakest value the release can carry, if it meets the target; else the whole grid.
+    /// Bounds need not be monotone in ε (posterior's, near uniform counts, dip and rise again:
+    /// docs/PRIVACY.md), so a target met at the weak end is answered there, never at a
+    /// crossing further up.
+    fn at_the_bottom(&self) -> Found {
+        self.weakest_feasible()
+            .and_then(|w| self.reaches_at(w))
+            .unwrap_or_else(|| self.whole_grid())
     }
 
     /// The continuous search between the release's own calibrations at the grid's ends (or the
@@ -425,7 +466,7 @@ impl<M: Registered> Typed<'_, M> {
         {
             return self.shortfall(&strong, max_epsilon);
         }
-        let Some(weak) = self.calibrated(1) else {
+        let Some(weak) = self.weakest_feasible().and_then(|w| self.calibrated(w)) else {
             return self.whole_grid();
         };
         if self
@@ -478,6 +519,34 @@ impl<M: Registered> Typed<'_, M> {
         Some(hi)
     }
 
+    /// A bound that is not monotone in ε can meet the target in a band below the crossing
+    /// the search found: the grid is scanned downwards by halves from the answer, and the
+    /// lowest value that meets is refined against the half below it (which fails).
+    fn cheaper_band(&self, found: Found) -> Found {
+        let Ok(answer) = self.units(&found) else {
+            return found;
+        };
+        let lowest = (1..u64::BITS)
+            .map(|j| answer >> j)
+            .take_while(|&u| u > 0 && !self.frame.cancelled())
+            .filter(|&u| self.meets_at(u))
+            .last();
+        let Some(lowest) = lowest else {
+            return found;
+        };
+        match self.refine(lowest / 2, lowest) {
+            Some(units) if units < answer => {
+                self.calibrated(units).map_or(found, |p| Found::Reaches {
+                    estimate: self.cost_of_price(self.price(&p)),
+                    units: Some(units),
+                    lo: units - 1,
+                    hi: units,
+                })
+            }
+            _ => found,
+        }
+    }
+
     /// Given parameters with a target: they either meet it or not.
     fn given_found(&self) -> Found {
         let Some(p) = self.calibrated(1) else {
@@ -507,7 +576,15 @@ impl<M: Registered> Candidate for Typed<'_, M> {
 
     fn found(&self) -> Found {
         match &self.strength {
-            Some(st) => self.analyse(st.as_ref()),
+            Some(st) => {
+                let found = self.analyse(st.as_ref());
+                let kl_asked = matches!(self.frame.goal, Goal::Target { kl: Some(_), .. });
+                if kl_asked && !st.kl_monotone() {
+                    self.cheaper_band(found)
+                } else {
+                    found
+                }
+            }
             None => self.given_found(),
         }
     }
