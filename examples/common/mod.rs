@@ -1206,7 +1206,10 @@ fn plan_scores(plan: &KlPlan, epsilon: f64) -> Scores {
     let shares = plan.spends.iter().map(|s| s.epsilon / even);
     let mut scores = vec![
         ("plan_kl_target", plan.target),
-        ("plan_share_min", shares.clone().fold(f64::INFINITY, f64::min)),
+        (
+            "plan_share_min",
+            shares.clone().fold(f64::INFINITY, f64::min),
+        ),
         ("plan_share_max", shares.fold(0.0, f64::max)),
         ("plan_cost_over_epsilon", plan.planned_fraction),
     ];
@@ -1397,7 +1400,9 @@ mod tests {
             },
             CountTable {
                 label: "feature | class".into(),
-                rows: (0..10).map(|i| (0..10).map(|j| ((i + j) % 7) as f64).collect()).collect(),
+                rows: (0..10)
+                    .map(|i| (0..10).map(|j| ((i + j) % 7) as f64).collect())
+                    .collect(),
             },
         ];
         let args = Args {
@@ -1413,7 +1418,10 @@ mod tests {
             out: None,
         };
         let service = Service::connect(&args).await.unwrap();
-        let planning = service.create_dataset("planning", PAPER_ORDER, 1.0).await.unwrap();
+        let planning = service
+            .create_dataset("planning", PAPER_ORDER, 1.0)
+            .await
+            .unwrap();
         for mechanism in PRIVATE_MECHANISMS {
             let plan = kl_split(&service, &planning, &tables, 400.0, mechanism, 1.0)
                 .await
