@@ -155,7 +155,7 @@ def plan_table(data, example):
     ]
     for e in eps:
         targets = [f"{value(m, 'plan_kl_target', e):.4g}" for m in PRIVATE]
-        shares = [f"{value(m, 'plan_share_min', e):.2f}–{value(m, 'plan_share_max', e):.2f}" for m in PRIVATE]
+        shares = [f"{value(m, 'plan_share_min', e):.2g}–{value(m, 'plan_share_max', e):.2g}" for m in PRIVATE]
         smooth = [f"{value(m, 'plan_smoothing_min', e):.3g}–{value(m, 'plan_smoothing_max', e):.3g}"
                   for m in ("gaussian", "laplace")]
         frac = min(value(m, "plan_cost_over_epsilon", e) for m in PRIVATE)

@@ -795,7 +795,11 @@ pub fn kl_plan_items(tables: &[CountTable], n_total: f64, mechanism: &str, kl: f
         .collect()
 }
 
-/// The plan at KL target `kl`: its total cost, or `None` when some table cannot reach it.
+/// The plan at KL target `kl`: its total cost and what each table gets, or `None` when some
+/// table cannot reach it. Tables of the same shape are the same plan item, and the planner
+/// answers every item on its own, so each distinct item is asked once (a naive Bayes model's 30
+/// feature tables are two or three items): the answers are the planner's, the total is their
+/// sum over the tables.
 async fn plan_at(
     service: &Service,
     dataset: &str,
@@ -803,17 +807,45 @@ async fn plan_at(
     n_total: f64,
     mechanism: &str,
     kl: f64,
-) -> Result<Option<(f64, Value)>> {
-    let plan = service
-        .plan(dataset, &kl_plan_items(tables, n_total, mechanism, kl))
-        .await?;
+) -> Result<Option<(f64, Vec<TableSpend>)>> {
+    let items = kl_plan_items(tables, n_total, mechanism, kl);
+    let mut unique: Vec<Value> = Vec::new();
+    let index: Vec<usize> = items
+        .iter()
+        .map(|item| match unique.iter().position(|u| u == item) {
+            Some(i) => i,
+            None => {
+                unique.push(item.clone());
+                unique.len() - 1
+            }
+        })
+        .collect();
+    let plan = service.plan(dataset, &unique).await?;
     if plan["unreachable"].as_u64() != Some(0) {
         return Ok(None);
     }
-    let cost = plan["total_cost"]
-        .as_f64()
-        .ok_or_else(|| format!("no total_cost in a plan: {plan}"))?;
-    Ok(Some((cost, plan)))
+    let answers = plan["items"]
+        .as_array()
+        .filter(|a| a.len() == unique.len())
+        .ok_or_else(|| format!("not one answer per item in a plan: {plan}"))?
+        .iter()
+        .map(|item| {
+            let epsilon = item["epsilon"]
+                .as_f64()
+                .ok_or_else(|| format!("a planned item without epsilon: {item}"))?;
+            let cost = item["cost"]
+                .as_f64()
+                .ok_or_else(|| format!("a planned item without cost: {item}"))?;
+            // The dataset's order is the ledger's, so a planned ε is its own cost.
+            if (cost - epsilon).abs() > GRID_STEP {
+                return Err(format!("a planned ε of {epsilon} costs {cost}").into());
+            }
+            let smoothing = item["parameters"]["smoothing"].as_f64();
+            Ok(TableSpend { epsilon, smoothing })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let spends: Vec<TableSpend> = index.iter().map(|&i| answers[i]).collect();
+    Ok(Some((spends.iter().map(|s| s.epsilon).sum(), spends)))
 }
 
 /// Split `epsilon` over `tables` by the planner: bisect (in ln t) for the smallest common KL
@@ -830,7 +862,8 @@ pub async fn kl_split(
     epsilon: f64,
 ) -> Result<KlPlan> {
     let mut calls = 0usize;
-    let fits = |p: &Option<(f64, Value)>| matches!(p, Some((cost, _)) if *cost <= epsilon);
+    let fits =
+        |p: &Option<(f64, Vec<TableSpend>)>| matches!(p, Some((cost, _)) if *cost <= epsilon);
     // The bracket: `lo` does not fit (or nothing reaches it), `hi` fits.
     let mut t = 1.0f64;
     let first = plan_at(service, dataset, tables, n_total, mechanism, t).await?;
@@ -889,31 +922,11 @@ pub async fn kl_split(
             lo = mid;
         }
     }
-    let items = best["items"]
-        .as_array()
-        .ok_or("no items in a plan")?
-        .iter()
-        .map(|item| {
-            let epsilon = item["epsilon"]
-                .as_f64()
-                .ok_or_else(|| format!("a planned item without epsilon: {item}"))?;
-            let smoothing = item["parameters"]["smoothing"].as_f64();
-            Ok(TableSpend { epsilon, smoothing })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let planned: f64 = items.iter().map(|s| s.epsilon).sum();
-    let cost = best["total_cost"].as_f64().unwrap_or(f64::NAN);
-    // The order of the dataset is the ledger's, so a planned ε is its own cost.
-    if (cost - planned).abs() > items.len() as f64 * GRID_STEP {
-        return Err(format!(
-            "{mechanism} at ε = {epsilon}: the plan's ε add up to {planned}, its cost is {cost}"
-        )
-        .into());
-    }
+    let planned: f64 = best.iter().map(|s| s.epsilon).sum();
     let scale = epsilon / planned;
     Ok(KlPlan {
         target: hi,
-        spends: items
+        spends: best
             .into_iter()
             .map(|s| TableSpend {
                 epsilon: s.epsilon * scale,
@@ -1089,6 +1102,18 @@ pub async fn run_experiment(
     // Every table counts each training record once, so any table's sum is the training size
     // (public under `replace_one`: neighbours keep it).
     let n_total: f64 = tables[0].rows.iter().flatten().sum();
+    let mut shapes: Vec<(usize, usize)> = tables
+        .iter()
+        .map(|t| (t.rows.len(), t.rows[0].len()))
+        .collect();
+    shapes.sort_unstable();
+    shapes.dedup();
+    eprintln!(
+        "{} tables of {} distinct shapes (rows × cells): {} plan items per request",
+        tables.len(),
+        shapes.len(),
+        shapes.len()
+    );
     let largest = args.epsilons.iter().copied().fold(0.0, f64::max);
     // Plans see only the dataset's order, relation and public inputs; this one is never spent.
     let planning = service
