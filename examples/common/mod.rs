@@ -1,7 +1,8 @@
 //! Shared by `examples/naive_bayes.rs` and `examples/bayes_net.rs`: the command line, reading a
 //! CSV, the seeded 70/30 split, quantile binning on training edges, a client of the service
 //! (speaking only HTTP, as any client would), fitting a model's count tables through it under
-//! one dataset budget, and the results table both examples print and write.
+//! one dataset budget — split evenly, or by the service's planner for one common KL target — and
+//! the results table both examples print and write.
 //!
 //! Each example uses all of it except a helper or two, hence the module-wide allowance.
 #![allow(dead_code)]
@@ -755,8 +756,16 @@ pub async fn fit_split(
 pub const KL_CONFIDENCE: f64 = 0.95;
 /// Plan requests per (mechanism, ε): the bracket's search and the bisection together.
 pub const MAX_PLAN_CALLS: usize = 30;
-/// The bisection stops when the bracket [lo, hi] of the target is this narrow (relative).
-pub const T_TOLERANCE: f64 = 1e-4;
+/// The bisection stops when the bracket [lo, hi] of the target is this narrow (relative):
+/// 10⁻⁴ for the experiments (about 15 halvings; the plan's cost within about 10⁻³ of ε), 10⁻²
+/// for `--short` (about 8), whose point is that every path runs, not the last digits.
+pub fn t_tolerance(short: bool) -> f64 {
+    if short {
+        1e-2
+    } else {
+        1e-4
+    }
+}
 
 /// A model's ε split by the planner: the common KL target t whose plan costs at most ε, and
 /// what each table is released with.
@@ -850,8 +859,9 @@ async fn plan_at(
 
 /// Split `epsilon` over `tables` by the planner: bisect (in ln t) for the smallest common KL
 /// target t whose plan — every table planned with `mechanism` for D_KL ≤ t — costs at most
-/// `epsilon`, in at most `MAX_PLAN_CALLS` plan requests, then scale the planned ε up to add up
-/// to `epsilon` exactly (the plan's cost is within the bisection's last step of it).
+/// `epsilon`, until the bracket is within a relative `tolerance` or after `MAX_PLAN_CALLS` plan
+/// requests, then scale the planned ε up to add up to `epsilon` exactly (the plan's cost is
+/// within about the bisection's last step of it).
 /// `dataset` only gives the planner its order and relation; nothing is charged.
 pub async fn kl_split(
     service: &Service,
@@ -860,6 +870,7 @@ pub async fn kl_split(
     n_total: f64,
     mechanism: &str,
     epsilon: f64,
+    tolerance: f64,
 ) -> Result<KlPlan> {
     let mut calls = 0usize;
     let fits =
@@ -909,9 +920,9 @@ pub async fn kl_split(
             }
         }
     }
-    // A relative 1e-4 in t leaves the plan's cost within about as much of ε (what the scaling
-    // below spreads), in about 15 halvings of the bracket.
-    while calls < MAX_PLAN_CALLS && hi / lo > 1.0 + T_TOLERANCE {
+    // The plan's cost falls short of ε by about the bracket's last step (what the scaling
+    // below spreads).
+    while calls < MAX_PLAN_CALLS && hi / lo > 1.0 + tolerance {
         let mid = (lo * hi).sqrt();
         let p = plan_at(service, dataset, tables, n_total, mechanism, mid).await?;
         calls += 1;
@@ -1121,10 +1132,22 @@ pub async fn run_experiment(
         .await?;
     for &epsilon in &args.epsilons {
         let mut plans = Vec::new();
-        for mechanism in PRIVATE_MECHANISMS {
-            let plan = kl_split(&service, &planning, tables, n_total, mechanism, epsilon)
+        // The three searches are independent: run them side by side (the server plans on
+        // every core), which is most of what `--short` spends time on.
+        let tolerance = t_tolerance(args.short);
+        let search = |mechanism: &'static str| {
+            let (service, planning) = (&service, &planning);
+            async move {
+                kl_split(
+                    service, planning, tables, n_total, mechanism, epsilon, tolerance,
+                )
                 .await
-                .map_err(|e| format!("planning {mechanism} at ε = {epsilon}: {e}"))?;
+                .map_err(|e| format!("planning {mechanism} at ε = {epsilon}: {e}"))
+            }
+        };
+        let [m0, m1, m2] = PRIVATE_MECHANISMS;
+        let (p0, p1, p2) = tokio::join!(search(m0), search(m1), search(m2));
+        for (mechanism, plan) in [(m0, p0?), (m1, p1?), (m2, p2?)] {
             results.add(
                 &format!("{PLANNED}{mechanism}"),
                 Some(epsilon),
@@ -1178,7 +1201,25 @@ pub async fn run_experiment(
             started.elapsed().as_secs_f64(),
             plans
                 .iter()
-                .map(|(m, p)| format!("{m} {:.4} ({} plans)", p.target, p.calls))
+                .map(|(m, p)| {
+                    // Each shape's ε over the even split's (tables of a shape get the same).
+                    let shares: Vec<String> = shapes
+                        .iter()
+                        .map(|&(rows, d)| {
+                            let i = tables
+                                .iter()
+                                .position(|t| (t.rows.len(), t.rows[0].len()) == (rows, d))
+                                .expect("a table of each shape");
+                            format!("{rows}×{d}: {:.3}", p.spends[i].epsilon / per_table)
+                        })
+                        .collect();
+                    format!(
+                        "{m} {:.4} ({} plans; ε per table over ε/T by shape {})",
+                        p.target,
+                        p.calls,
+                        shares.join(", ")
+                    )
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -1448,9 +1489,17 @@ mod tests {
             .await
             .unwrap();
         for mechanism in PRIVATE_MECHANISMS {
-            let plan = kl_split(&service, &planning, &tables, 400.0, mechanism, 1.0)
-                .await
-                .unwrap();
+            let plan = kl_split(
+                &service,
+                &planning,
+                &tables,
+                400.0,
+                mechanism,
+                1.0,
+                t_tolerance(false),
+            )
+            .await
+            .unwrap();
             assert!(plan.calls <= MAX_PLAN_CALLS, "{mechanism}: {plan:?}");
             assert!(
                 plan.planned_fraction <= 1.0 && plan.planned_fraction > 0.99,
