@@ -7,7 +7,10 @@
 //! parents, one cell per value of k. Rows count disjoint groups of records, so a whole CPT costs
 //! one vector. The K CPTs are released with `dirichlet`, `gaussian` and `laplace` at ε/K each
 //! under one dataset budget of ε, and the mean test log-likelihood per record is printed against
-//! ε, beside the non-private (maximum-likelihood) parameters and uniform CPTs.
+//! ε, beside the non-private (maximum-likelihood) parameters and uniform CPTs. The same ε is also
+//! split by the service's planner for one common KL target (`planned:*`, the baselines smoothed
+//! as it chooses), and the baselines are fitted with its smoothing at the even split
+//! (`smoothed:*`): see `common::kl_split` and EXPERIMENTS.md.
 //!
 //! A parent configuration with no training record is an all-zero CPT row (an empty group): the
 //! service releases it like any other row, so the published CPTs have the same shape whichever

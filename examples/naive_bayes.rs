@@ -6,7 +6,10 @@
 //! class (the rows count disjoint groups of records, so a whole table costs one vector). The
 //! tables are released with `dirichlet`, `gaussian` and `laplace` at ε/(K+1) each under one
 //! dataset budget of ε, and the test cross-entropy and accuracy are printed against ε, beside
-//! the non-private (maximum-likelihood) model and uniform guessing.
+//! the non-private (maximum-likelihood) model and uniform guessing. The same ε is also split by
+//! the service's planner for one common KL target (`planned:*`, the baselines smoothed as it
+//! chooses), and the baselines are fitted with its smoothing at the even split (`smoothed:*`):
+//! see `common::kl_split` and EXPERIMENTS.md.
 //!
 //! A class with no training record leaves an all-zero row in every feature table (an empty
 //! group): the service releases it like any other row, so the published model has the same shape

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # EXPERIMENTS.md's numbers and docs/experiments.png: runs examples/naive_bayes.rs and
-# examples/bayes_net.rs in full (the seed paper's ε grid, 10 repetitions) through an in-process
+# examples/bayes_net.rs in full (the seed paper's ε grid, 10 repetitions; each model with ε split
+# evenly, split by the planner for one KL target, and the baselines smoothed) through an in-process
 # service on a temporary SQLite file, then rewrites the results part of EXPERIMENTS.md and the
 # plot with scripts/plot_experiments.py (matplotlib from the venv of scripts/tools-venv.sh).
 #   scripts/experiments.sh [extra example options, e.g. --repetitions 3 or --row-by-row]

@@ -1,7 +1,8 @@
 //! Shared by `examples/naive_bayes.rs` and `examples/bayes_net.rs`: the command line, reading a
 //! CSV, the seeded 70/30 split, quantile binning on training edges, a client of the service
 //! (speaking only HTTP, as any client would), fitting a model's count tables through it under
-//! one dataset budget, and the results table both examples print and write.
+//! one dataset budget — split evenly, or by the service's planner for one common KL target — and
+//! the results table both examples print and write.
 //!
 //! Each example uses all of it except a helper or two, hence the module-wide allowance.
 #![allow(dead_code)]
@@ -375,6 +376,8 @@ pub struct Service {
     pub row_by_row: bool,
     /// Requests that released something (for the timing line).
     pub releases: std::sync::atomic::AtomicUsize,
+    /// Plan requests (for the timing line).
+    pub plans: std::sync::atomic::AtomicUsize,
 }
 
 /// What a table release returned.
@@ -421,6 +424,7 @@ impl Service {
             local,
             row_by_row: args.row_by_row,
             releases: Default::default(),
+            plans: Default::default(),
         })
     }
 
@@ -476,20 +480,32 @@ impl Service {
     /// Release a whole table — one charge, the price of one vector, since its rows count
     /// disjoint groups of records — or, with `row_by_row`, each row as its own vector release
     /// (the interim path for a server without table releases: every row is charged).
+    /// `smoothing` is the `gaussian` and `laplace` pseudo-count (post-processing: the output
+    /// is (max(z, 0) + k)/Σ instead of the projection, at the same price); `None` for the
+    /// projection, and for `dirichlet`, which takes no such field.
     pub async fn release_table(
         &self,
         dataset: &str,
         rows: &[Vec<f64>],
         mechanism: &str,
         epsilon: f64,
+        smoothing: Option<f64>,
         label: &str,
     ) -> Result<Released> {
         let path = format!("/v1/datasets/{dataset}/releases");
+        let with_smoothing = |mut body: Value| {
+            if let Some(k) = smoothing {
+                body["smoothing"] = json!(k);
+            }
+            body
+        };
         if self.row_by_row {
             let mut out = Vec::with_capacity(rows.len());
             let mut charged = 0.0;
             for row in rows {
-                let body = json!({"counts": row, "epsilon": epsilon, "mechanism": mechanism});
+                let body = with_smoothing(
+                    json!({"counts": row, "epsilon": epsilon, "mechanism": mechanism}),
+                );
                 let released = self.call(reqwest::Method::POST, &path, Some(&body)).await?;
                 self.releases
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -498,12 +514,12 @@ impl Service {
             }
             return Ok(Released { rows: out, charged });
         }
-        let body = json!({
+        let body = with_smoothing(json!({
             "table": rows,
             "epsilon": epsilon,
             "mechanism": mechanism,
             "label": label,
-        });
+        }));
         let released = self.call(reqwest::Method::POST, &path, Some(&body)).await?;
         self.releases
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -527,6 +543,19 @@ impl Service {
             rows: out,
             charged: cost(&released)?,
         })
+    }
+
+    /// `POST /v1/datasets/{id}/plan`: the planner's answer for `items` (public inputs only;
+    /// nothing is charged).
+    pub async fn plan(&self, dataset: &str, items: &[Value]) -> Result<Value> {
+        self.plans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.call(
+            reqwest::Method::POST,
+            &format!("/v1/datasets/{dataset}/plan"),
+            Some(&json!({ "items": items })),
+        )
+        .await
     }
 
     /// `spent` of the dataset's budget, as the ledger reports it.
@@ -624,6 +653,25 @@ pub struct PrivateFit {
 /// One step of the ledger's grid.
 pub const GRID_STEP: f64 = 1.0 / (1u64 << dirichlet_release::ledger::charge::QUANTUM_BITS) as f64;
 
+/// What one table of a model is released with: the ε asked for, and the `gaussian`/`laplace`
+/// pseudo-count (`None`: the projection onto the simplex, and always for `dirichlet`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TableSpend {
+    pub epsilon: f64,
+    pub smoothing: Option<f64>,
+}
+
+/// The paper's even split: `epsilon / T` for each of the T tables, no smoothing.
+pub fn even_split(tables: usize, epsilon: f64) -> Vec<TableSpend> {
+    vec![
+        TableSpend {
+            epsilon: epsilon / tables as f64,
+            smoothing: None,
+        };
+        tables
+    ]
+}
+
 /// Register a dataset with budget `epsilon` and release every table at `epsilon / T` (the
 /// paper's even split over the T tables: basic composition over tables, parallel composition
 /// over the disjoint rows of each). On the row-by-row path every row is charged, so the
@@ -636,10 +684,29 @@ pub async fn fit_private(
     epsilon: f64,
     order: f64,
 ) -> Result<PrivateFit> {
-    let per_table = epsilon / tables.len() as f64;
+    let spends = even_split(tables.len(), epsilon);
+    fit_split(service, name, tables, mechanism, epsilon, &spends, order).await
+}
+
+/// Register a dataset with budget `epsilon` and release table i with `spends[i]`, whose ε add
+/// up to `epsilon`. On the row-by-row path every row is charged, so the dataset needs
+/// Σᵢ εᵢ × rowsᵢ.
+pub async fn fit_split(
+    service: &Service,
+    name: &str,
+    tables: &[CountTable],
+    mechanism: &str,
+    epsilon: f64,
+    spends: &[TableSpend],
+    order: f64,
+) -> Result<PrivateFit> {
+    assert_eq!(spends.len(), tables.len());
     let budget = if service.row_by_row {
-        let rows: usize = tables.iter().map(|t| t.rows.len()).sum();
-        per_table * rows as f64
+        tables
+            .iter()
+            .zip(spends)
+            .map(|(t, s)| s.epsilon * t.rows.len() as f64)
+            .sum()
     } else {
         epsilon
     };
@@ -651,9 +718,16 @@ pub async fn fit_private(
     let dataset = service.create_dataset(name, order, budget).await?;
     let mut fitted = Vec::with_capacity(tables.len());
     let mut charged = 0.0;
-    for table in tables {
+    for (table, spend) in tables.iter().zip(spends) {
         let released = service
-            .release_table(&dataset, &table.rows, mechanism, per_table, &table.label)
+            .release_table(
+                &dataset,
+                &table.rows,
+                mechanism,
+                spend.epsilon,
+                spend.smoothing,
+                &table.label,
+            )
             .await
             .map_err(|e| format!("{name}, {}: {e}", table.label))?;
         fitted.push(released.rows);
@@ -671,6 +745,207 @@ pub async fn fit_private(
         spent,
         budget,
         releases,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Splitting a model's ε by the planner, for a common KL target
+
+/// The confidence of every table's KL target: each row's D_KL(x/n ‖ y) ≤ t with probability
+/// at least this (per row, as the planner states it).
+pub const KL_CONFIDENCE: f64 = 0.95;
+/// Plan requests per (mechanism, ε): the bracket's search and the bisection together.
+pub const MAX_PLAN_CALLS: usize = 30;
+/// The bisection stops when the bracket [lo, hi] of the target is this narrow (relative):
+/// 10⁻⁴ for the experiments (about 15 halvings; the plan's cost within about 10⁻³ of ε), 10⁻²
+/// for `--short` (about 8), whose point is that every path runs, not the last digits.
+pub fn t_tolerance(short: bool) -> f64 {
+    if short {
+        1e-2
+    } else {
+        1e-4
+    }
+}
+
+/// A model's ε split by the planner: the common KL target t whose plan costs at most ε, and
+/// what each table is released with.
+#[derive(Clone, Debug)]
+pub struct KlPlan {
+    /// The KL target every table was planned for (nats, per row, at `KL_CONFIDENCE`).
+    pub target: f64,
+    /// Per table: the planned ε scaled up so that they add up to the model's ε exactly, and
+    /// the planner's pseudo-count for a baseline.
+    pub spends: Vec<TableSpend>,
+    /// The plan's `total_cost` over ε (at most 1; what the scaling spreads is the rest).
+    pub planned_fraction: f64,
+    pub calls: usize,
+}
+
+/// One plan item per table: d cells, its rows, a public total per row, `mechanism` named (the
+/// planner calibrates it and, for a baseline, chooses its smoothing), target KL ≤ `kl`.
+///
+/// The per-row total is the training size over the rows, `n_total / rows`: the training size
+/// is public under `replace_one` (neighbours keep it), the rows are the table's shape, and the
+/// actual row totals (class sizes, parent configurations' counts) are private, so the plan is
+/// for a row of average size rather than a floor under every row. A row smaller than that gets
+/// less than the target; the split is what this experiment is about, not the guarantee.
+pub fn kl_plan_items(tables: &[CountTable], n_total: f64, mechanism: &str, kl: f64) -> Vec<Value> {
+    tables
+        .iter()
+        .map(|t| {
+            json!({
+                "d": t.rows[0].len(),
+                "rows": t.rows.len(),
+                "n": n_total / t.rows.len() as f64,
+                "mechanism": mechanism,
+                "target": {"kl": kl, "confidence": KL_CONFIDENCE},
+            })
+        })
+        .collect()
+}
+
+/// The plan at KL target `kl`: its total cost and what each table gets, or `None` when some
+/// table cannot reach it. Tables of the same shape are the same plan item, and the planner
+/// answers every item on its own, so each distinct item is asked once (a naive Bayes model's 30
+/// feature tables are two or three items): the answers are the planner's, the total is their
+/// sum over the tables.
+async fn plan_at(
+    service: &Service,
+    dataset: &str,
+    tables: &[CountTable],
+    n_total: f64,
+    mechanism: &str,
+    kl: f64,
+) -> Result<Option<(f64, Vec<TableSpend>)>> {
+    let items = kl_plan_items(tables, n_total, mechanism, kl);
+    let mut unique: Vec<Value> = Vec::new();
+    let index: Vec<usize> = items
+        .iter()
+        .map(|item| match unique.iter().position(|u| u == item) {
+            Some(i) => i,
+            None => {
+                unique.push(item.clone());
+                unique.len() - 1
+            }
+        })
+        .collect();
+    let plan = service.plan(dataset, &unique).await?;
+    if plan["unreachable"].as_u64() != Some(0) {
+        return Ok(None);
+    }
+    let answers = plan["items"]
+        .as_array()
+        .filter(|a| a.len() == unique.len())
+        .ok_or_else(|| format!("not one answer per item in a plan: {plan}"))?
+        .iter()
+        .map(|item| {
+            let epsilon = item["epsilon"]
+                .as_f64()
+                .ok_or_else(|| format!("a planned item without epsilon: {item}"))?;
+            let cost = item["cost"]
+                .as_f64()
+                .ok_or_else(|| format!("a planned item without cost: {item}"))?;
+            // The dataset's order is the ledger's, so a planned ε is its own cost.
+            if (cost - epsilon).abs() > GRID_STEP {
+                return Err(format!("a planned ε of {epsilon} costs {cost}").into());
+            }
+            let smoothing = item["parameters"]["smoothing"].as_f64();
+            Ok(TableSpend { epsilon, smoothing })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let spends: Vec<TableSpend> = index.iter().map(|&i| answers[i]).collect();
+    Ok(Some((spends.iter().map(|s| s.epsilon).sum(), spends)))
+}
+
+/// Split `epsilon` over `tables` by the planner: bisect (in ln t) for the smallest common KL
+/// target t whose plan — every table planned with `mechanism` for D_KL ≤ t — costs at most
+/// `epsilon`, until the bracket is within a relative `tolerance` or after `MAX_PLAN_CALLS` plan
+/// requests, then scale the planned ε up to add up to `epsilon` exactly (the plan's cost is
+/// within about the bisection's last step of it).
+/// `dataset` only gives the planner its order and relation; nothing is charged.
+pub async fn kl_split(
+    service: &Service,
+    dataset: &str,
+    tables: &[CountTable],
+    n_total: f64,
+    mechanism: &str,
+    epsilon: f64,
+    tolerance: f64,
+) -> Result<KlPlan> {
+    let mut calls = 0usize;
+    let fits =
+        |p: &Option<(f64, Vec<TableSpend>)>| matches!(p, Some((cost, _)) if *cost <= epsilon);
+    // The bracket: `lo` does not fit (or nothing reaches it), `hi` fits.
+    let mut t = 1.0f64;
+    let first = plan_at(service, dataset, tables, n_total, mechanism, t).await?;
+    calls += 1;
+    let (mut lo, mut hi, mut best);
+    if fits(&first) {
+        hi = t;
+        best = first.expect("fits").1;
+        loop {
+            t /= 8.0;
+            let p = plan_at(service, dataset, tables, n_total, mechanism, t).await?;
+            calls += 1;
+            if !fits(&p) {
+                lo = t;
+                break;
+            }
+            hi = t;
+            best = p.expect("fits").1;
+            if calls >= MAX_PLAN_CALLS / 2 {
+                return Err(format!(
+                    "{mechanism} at ε = {epsilon}: even KL ≤ {t:e} fits; no bracket"
+                )
+                .into());
+            }
+        }
+    } else {
+        lo = t;
+        loop {
+            t *= 8.0;
+            let p = plan_at(service, dataset, tables, n_total, mechanism, t).await?;
+            calls += 1;
+            if fits(&p) {
+                hi = t;
+                best = p.expect("fits").1;
+                break;
+            }
+            lo = t;
+            if calls >= MAX_PLAN_CALLS / 2 {
+                return Err(format!(
+                    "{mechanism} at ε = {epsilon}: no KL target up to {t} nats fits the budget"
+                )
+                .into());
+            }
+        }
+    }
+    // The plan's cost falls short of ε by about the bracket's last step (what the scaling
+    // below spreads).
+    while calls < MAX_PLAN_CALLS && hi / lo > 1.0 + tolerance {
+        let mid = (lo * hi).sqrt();
+        let p = plan_at(service, dataset, tables, n_total, mechanism, mid).await?;
+        calls += 1;
+        if fits(&p) {
+            hi = mid;
+            best = p.expect("fits").1;
+        } else {
+            lo = mid;
+        }
+    }
+    let planned: f64 = best.iter().map(|s| s.epsilon).sum();
+    let scale = epsilon / planned;
+    Ok(KlPlan {
+        target: hi,
+        spends: best
+            .into_iter()
+            .map(|s| TableSpend {
+                epsilon: s.epsilon * scale,
+                ..s
+            })
+            .collect(),
+        planned_fraction: planned / epsilon,
+        calls,
     })
 }
 
@@ -749,7 +1024,7 @@ impl Results {
             "example,model,epsilon,metric,mean,stderr,repetitions,spent_over_epsilon_min,spent_over_epsilon_max\n",
         );
         println!(
-            "{:<14} {:>8} {:<15} {:>12} {:>10} {:>5} {:>24}",
+            "{:<18} {:>8} {:<22} {:>12} {:>10} {:>5} {:>24}",
             "model", "epsilon", "metric", "mean", "stderr", "reps", "spent/epsilon (min..max)"
         );
         for ((m, key, metric), cell) in &self.cells {
@@ -773,7 +1048,7 @@ impl Results {
                 format!("{lo:.9}..{hi:.9}")
             };
             println!(
-                "{:<14} {:>8} {:<15} {:>12.5} {:>10.5} {:>5} {:>24}",
+                "{:<18} {:>8} {:<22} {:>12.5} {:>10.5} {:>5} {:>24}",
                 self.models[*m],
                 eps_text,
                 metric,
@@ -835,14 +1110,86 @@ pub async fn run_experiment(
         None,
     );
     results.add("uniform", None, &score(&uniform(tables)), None);
+    // Every table counts each training record once, so any table's sum is the training size
+    // (public under `replace_one`: neighbours keep it).
+    let n_total: f64 = tables[0].rows.iter().flatten().sum();
+    let mut shapes: Vec<(usize, usize)> = tables
+        .iter()
+        .map(|t| (t.rows.len(), t.rows[0].len()))
+        .collect();
+    shapes.sort_unstable();
+    shapes.dedup();
+    eprintln!(
+        "{} tables of {} distinct shapes (rows × cells): {} plan items per request",
+        tables.len(),
+        shapes.len(),
+        shapes.len()
+    );
+    let largest = args.epsilons.iter().copied().fold(0.0, f64::max);
+    // Plans see only the dataset's order, relation and public inputs; this one is never spent.
+    let planning = service
+        .create_dataset(&format!("{example} planning"), args.order, largest)
+        .await?;
     for &epsilon in &args.epsilons {
-        for mechanism in PRIVATE_MECHANISMS {
+        let mut plans = Vec::new();
+        // The three searches are independent: run them side by side (the server plans on
+        // every core), which is most of what `--short` spends time on.
+        let tolerance = t_tolerance(args.short);
+        let search = |mechanism: &'static str| {
+            let (service, planning) = (&service, &planning);
+            async move {
+                kl_split(
+                    service, planning, tables, n_total, mechanism, epsilon, tolerance,
+                )
+                .await
+                .map_err(|e| format!("planning {mechanism} at ε = {epsilon}: {e}"))
+            }
+        };
+        let [m0, m1, m2] = PRIVATE_MECHANISMS;
+        let (p0, p1, p2) = tokio::join!(search(m0), search(m1), search(m2));
+        for (mechanism, plan) in [(m0, p0?), (m1, p1?), (m2, p2?)] {
+            results.add(
+                &format!("{PLANNED}{mechanism}"),
+                Some(epsilon),
+                &plan_scores(&plan, epsilon),
+                None,
+            );
+            plans.push((mechanism, plan));
+        }
+        let per_table = epsilon / tables.len() as f64;
+        let mut variants: Vec<(String, &str, Vec<TableSpend>)> = PRIVATE_MECHANISMS
+            .iter()
+            .map(|&m| (m.to_string(), m, even_split(tables.len(), epsilon)))
+            .collect();
+        for (mechanism, plan) in &plans {
+            variants.push((
+                format!("{PLANNED}{mechanism}"),
+                mechanism,
+                plan.spends.clone(),
+            ));
+        }
+        // The controls: the planner's pseudo-counts with the even split, so that what the
+        // planned split adds can be told apart from what smoothing adds.
+        for (mechanism, plan) in plans.iter().filter(|(m, _)| *m != "dirichlet") {
+            let spends = plan
+                .spends
+                .iter()
+                .map(|s| TableSpend {
+                    epsilon: per_table,
+                    smoothing: s.smoothing,
+                })
+                .collect();
+            variants.push((format!("{SMOOTHED}{mechanism}"), mechanism, spends));
+        }
+        for (model, mechanism, spends) in &variants {
             for rep in 0..args.repetitions {
-                let name = format!("{example} {mechanism} eps={epsilon} rep={rep}");
-                let fit =
-                    fit_private(&service, &name, tables, mechanism, epsilon, args.order).await?;
+                let name = format!("{example} {model} eps={epsilon} rep={rep}");
+                let fit = fit_split(
+                    &service, &name, tables, mechanism, epsilon, spends, args.order,
+                )
+                .await?;
                 results.add(
-                    mechanism,
+                    model,
                     Some(epsilon),
                     &score(&fit.tables),
                     Some((fit.spent, fit.budget, fit.releases)),
@@ -850,20 +1197,44 @@ pub async fn run_experiment(
             }
         }
         eprintln!(
-            "ε = {epsilon} done ({:.1} s)",
-            started.elapsed().as_secs_f64()
+            "ε = {epsilon} done ({:.1} s): KL targets planned {}",
+            started.elapsed().as_secs_f64(),
+            plans
+                .iter()
+                .map(|(m, p)| {
+                    // Each shape's ε over the even split's (tables of a shape get the same).
+                    let shares: Vec<String> = shapes
+                        .iter()
+                        .map(|&(rows, d)| {
+                            let i = tables
+                                .iter()
+                                .position(|t| (t.rows.len(), t.rows[0].len()) == (rows, d))
+                                .expect("a table of each shape");
+                            format!("{rows}×{d}: {:.3}", p.spends[i].epsilon / per_table)
+                        })
+                        .collect();
+                    format!(
+                        "{m} {:.4} ({} plans; ε per table over ε/T by shape {})",
+                        p.target,
+                        p.calls,
+                        shares.join(", ")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     let releases = service.releases.load(std::sync::atomic::Ordering::Relaxed);
+    let plans = service.plans.load(std::sync::atomic::Ordering::Relaxed);
     service.shutdown().await?;
     println!(
-        "\n{example}: {} tables per model ({empty} of their {} rows empty: no training record), split {} per table; {} {} in {:.1} s{}",
+        "\n{example}: {} tables per model ({empty} of their {} rows empty: no training record), split evenly or by the planner ({PLANNED}), {} per table; {} {} and {plans} plans in {:.1} s{}",
         tables.len(),
         tables.iter().map(|t| t.rows.len()).sum::<usize>(),
         if args.row_by_row {
             "row by row (every row charged)"
         } else {
-            "evenly, one charge"
+            "one charge"
         },
         releases,
         if args.row_by_row {
@@ -886,6 +1257,40 @@ pub async fn run_experiment(
         return Err("a model's ledger did not spend exactly its budget".into());
     }
     Ok(())
+}
+
+/// The models whose ε is split by the planner for a common KL target (`kl_split`).
+pub const PLANNED: &str = "planned:";
+/// The baselines with the planner's pseudo-counts but the even split (the controls).
+pub const SMOOTHED: &str = "smoothed:";
+
+/// What a KL plan chose, as rows of the summary: the common target, the largest and smallest
+/// table's ε relative to the even split's (ε/T), what the plan cost before scaling, and the
+/// range of the baselines' pseudo-counts.
+fn plan_scores(plan: &KlPlan, epsilon: f64) -> Scores {
+    let even = epsilon / plan.spends.len() as f64;
+    let shares = plan.spends.iter().map(|s| s.epsilon / even);
+    let mut scores = vec![
+        ("plan_kl_target", plan.target),
+        (
+            "plan_share_min",
+            shares.clone().fold(f64::INFINITY, f64::min),
+        ),
+        ("plan_share_max", shares.fold(0.0, f64::max)),
+        ("plan_cost_over_epsilon", plan.planned_fraction),
+    ];
+    let smoothing: Vec<f64> = plan.spends.iter().filter_map(|s| s.smoothing).collect();
+    if !smoothing.is_empty() {
+        scores.push((
+            "plan_smoothing_min",
+            smoothing.iter().copied().fold(f64::INFINITY, f64::min),
+        ));
+        scores.push((
+            "plan_smoothing_max",
+            smoothing.iter().copied().fold(0.0, f64::max),
+        ));
+    }
+    scores
 }
 
 /// How many rows of `tables` count no training record.
@@ -1045,6 +1450,94 @@ mod tests {
             }
             service.shutdown().await.unwrap();
         }
+    }
+
+    /// The planner's split: for each mechanism, a common KL target whose plan fits ε, the
+    /// tables' ε adding up to ε exactly after the scaling, the baselines smoothed and the
+    /// Dirichlet mechanism not, and the split uneven where the tables' shapes differ (a
+    /// 2-cell vector of 400 records needs less ε for the same KL than 10 rows of 10 cells of 40).
+    /// Then a model fitted with it spends exactly its budget.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_planners_split_spends_the_budget_for_one_kl_target() {
+        let tables = vec![
+            CountTable {
+                label: "class".into(),
+                rows: vec![vec![150.0, 250.0]],
+            },
+            CountTable {
+                label: "feature | class".into(),
+                rows: (0..10)
+                    .map(|i| (0..10).map(|j| ((i + j) % 7) as f64).collect())
+                    .collect(),
+            },
+        ];
+        let args = Args {
+            short: true,
+            url: None,
+            admin_token: None,
+            data: PathBuf::new(),
+            seed: 1,
+            epsilons: vec![1.0],
+            repetitions: 1,
+            order: PAPER_ORDER,
+            row_by_row: false,
+            out: None,
+        };
+        let service = Service::connect(&args).await.unwrap();
+        let planning = service
+            .create_dataset("planning", PAPER_ORDER, 1.0)
+            .await
+            .unwrap();
+        for mechanism in PRIVATE_MECHANISMS {
+            let plan = kl_split(
+                &service,
+                &planning,
+                &tables,
+                400.0,
+                mechanism,
+                1.0,
+                t_tolerance(false),
+            )
+            .await
+            .unwrap();
+            assert!(plan.calls <= MAX_PLAN_CALLS, "{mechanism}: {plan:?}");
+            assert!(
+                plan.planned_fraction <= 1.0 && plan.planned_fraction > 0.99,
+                "{mechanism}: {plan:?}"
+            );
+            let total: f64 = plan.spends.iter().map(|s| s.epsilon).sum();
+            assert!((total - 1.0).abs() < 1e-12, "{mechanism}: {plan:?}");
+            assert!(
+                plan.spends[0].epsilon < plan.spends[1].epsilon,
+                "{mechanism}: {plan:?}"
+            );
+            let smoothed = plan.spends.iter().all(|s| s.smoothing.is_some());
+            assert_eq!(smoothed, mechanism != "dirichlet", "{mechanism}: {plan:?}");
+            let fit = fit_split(
+                &service,
+                mechanism,
+                &tables,
+                mechanism,
+                1.0,
+                &plan.spends,
+                PAPER_ORDER,
+            )
+            .await
+            .unwrap();
+            let mut results = Results::default();
+            results.add(
+                mechanism,
+                Some(1.0),
+                &vec![("m", 0.0)],
+                Some((fit.spent, fit.budget, fit.releases)),
+            );
+            assert!(
+                results.budget_failures.is_empty(),
+                "{mechanism}: {:?}",
+                results.budget_failures
+            );
+        }
+        service.shutdown().await.unwrap();
     }
 
     #[test]
