@@ -987,7 +987,7 @@ try {
     if (parent) await page.getByLabel('Parent population').selectOption(parent);
     await page.getByLabel('Children').selectOption(children);
     await page.getByRole('button', { name: 'Create population' }).click();
-    const node = page.locator('.population-node', { has: page.locator(':scope > .node-card .node-name', { hasText: name }) });
+    const node = page.locator(`.population-node[data-name="${name}"]`);
     await node.waitFor();
     return node.getAttribute('data-id');
   };
@@ -1024,11 +1024,11 @@ try {
   // The wards have the least left on both wards' paths: they bind, and say so in words.
   const wardsNode = page.locator(`.population-node[data-id="${wardsId}"]`);
   assert.match(await wardsNode.getAttribute('class'), /\bbinding\b/);
-  assert.match(await wardsNode.locator(':scope > .node-card .binding-badge').textContent(), /binding for 2 datasets/);
+  assert.match(await page.locator(`.population-node[data-id="${wardsId}"] > .node-card .binding-badge`).textContent(), /binding for 2 datasets/);
   assert.doesNotMatch(await page.locator(`.population-node[data-id="${rootId}"]`).getAttribute('class'), /\bbinding\b/);
   // Each node's spend over time, rebuilt from its datasets' releases and charges.
-  await wardsNode.locator(':scope > .node-card summary').click();
-  const wardsChart = wardsNode.locator(':scope > .node-card svg.spend-chart');
+  await page.locator(`.population-node[data-id="${wardsId}"] > .node-card summary`).click();
+  const wardsChart = page.locator(`.population-node[data-id="${wardsId}"] > .node-card svg.spend-chart`);
   await wardsChart.waitFor();
   assert.equal(Number(await wardsChart.getAttribute('data-spent')), 0.5);
   assert.ok(Number(await wardsChart.getAttribute('data-points')) >= 1);

@@ -156,7 +156,7 @@ export async function renderPopulations(main, ui, { message, focus } = {}) {
     const own = members.get(p.id);
     const chart = spendChart({ releases: drawn, total, order: p.budget.order, start: p.created_at, end: Date.now() });
     chart.classList.add('small');
-    return h('li', { class: ['population-node', binds ? 'binding' : null], id: `population-${p.id}`, 'data-id': p.id, 'data-children': p.children },
+    return h('li', { class: ['population-node', binds ? 'binding' : null], id: `population-${p.id}`, 'data-id': p.id, 'data-name': p.name, 'data-children': p.children },
       h('div', { class: 'node-card' },
         h('div', { class: 'path-head' },
           h('span', { class: 'tag kind' }, 'population'),
