@@ -112,6 +112,7 @@ fn new_dataset(name: &str, budget: f64) -> NewDataset {
         neighbouring: "replace_one".to_owned(),
         created_by: "admin-token".to_owned(),
         cells: None,
+        population: None,
     }
 }
 
@@ -143,6 +144,7 @@ fn new_release(dataset_id: Uuid, cost: Units, key: Option<&str>) -> NewRelease {
             key: key.to_owned(),
             fingerprint: fingerprint(key),
         }),
+        under_population: false,
     }
 }
 

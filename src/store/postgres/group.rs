@@ -469,8 +469,10 @@ pub(super) fn decode(row: &PgRow) -> Result<Answer, StoreError> {
 /// The answer has a row per member, by `ord`: a committed member's budget is the ledger right
 /// after its own charge, as a release alone answers; `key_stored` marks a keyed member answered by
 /// the release already stored with its key (before, or by the group's first member with it).
-/// A further rule over several datasets (e.g. a budget cap shared by them) belongs with `fits`,
-/// read under a lock taken in `ledgers`' order.
+/// A member whose dataset is under a population (as its row reads under the lock) is not
+/// attempted: it commits alone, in the transaction that also charges the population nodes
+/// (src/store/postgres/tree.rs). Releases the caller already knows to be under one do not come
+/// here at all.
 const COMMIT_GROUP: &str = "\
 WITH RECURSIVE input AS MATERIALIZED (
     SELECT * FROM unnest($1::uuid[], $2::int8[], $3::uuid[], $4::text[], $5::text[], $6::bytea[],
@@ -493,7 +495,8 @@ WITH RECURSIVE input AS MATERIALIZED (
                                            WHERE t.token_id = td.token_id
                                              AND t.dataset_id = td.dataset_id))
 ), ledgers AS MATERIALIZED (
-    SELECT d.id, d.spent_units, d.total_units, d.stored_cells, d.release_count, d.chain_head
+    SELECT d.id, d.spent_units, d.total_units, d.stored_cells, d.release_count, d.chain_head,
+           d.population_id
       FROM datasets d
      WHERE d.id IN (SELECT dataset_id FROM ready)
      ORDER BY d.id
@@ -523,7 +526,7 @@ WITH RECURSIVE input AS MATERIALIZED (
            AND (tokens.allocation_units IS NULL
                 OR tokens.spent_units + sum(r.cost) OVER per_token <= tokens.allocation_units)
                AS fits
-      FROM candidates r JOIN ledgers l ON l.id = r.dataset_id
+      FROM candidates r JOIN ledgers l ON l.id = r.dataset_id AND l.population_id IS NULL
       LEFT JOIN tokens ON tokens.token_id = r.created_by AND tokens.dataset_id = r.dataset_id
     WINDOW per_dataset AS (PARTITION BY r.dataset_id ORDER BY r.ord),
            per_token AS (PARTITION BY r.dataset_id, r.created_by ORDER BY r.ord)
