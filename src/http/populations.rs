@@ -127,7 +127,7 @@ pub struct PopulationListView {
 #[serde(deny_unknown_fields)]
 pub struct PathNodeView {
     /// `dataset` or `population`.
-    pub kind: &'static str,
+    pub kind: String,
     pub id: Uuid,
     pub name: String,
     #[schema(minimum = 0, maximum = 8192)]
@@ -148,7 +148,7 @@ pub fn path_views(path: &[PathEntry]) -> (Vec<PathNodeView>, Option<Uuid>) {
         .iter()
         .enumerate()
         .map(|(i, e)| PathNodeView {
-            kind: e.kind,
+            kind: e.kind.into(),
             id: e.id,
             name: e.name.clone(),
             total: e.total.to_f64(),

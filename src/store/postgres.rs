@@ -20,7 +20,6 @@ use super::codec::{
 use super::{store_error, StoreOptions};
 use crate::access::{Role, TokenRecord};
 use crate::ledger::audit::{self, LogEntry, LogHead};
-use crate::ledger::population;
 use crate::ledger::*;
 use group::{Answer, Groups, Member};
 
@@ -268,14 +267,15 @@ impl PgStore {
         let Some(dataset) = self.fetch_dataset(CONTEXT, new.dataset_id).await? else {
             return Ok(CommitOutcome::DatasetNotFound);
         };
-        // The statement charges no dataset under a population (it has no step for the nodes):
-        // the dataset joined one since the caller looked.
-        if dataset.population.is_some() {
-            return self.commit_with_population(new).await;
-        }
         let budget = dataset.budget();
         if !budget.admits(new.cost) {
             return Ok(CommitOutcome::Exhausted { budget });
+        }
+        // The one-release statement charges no dataset under a population (it has no step for
+        // the nodes), and a group may hand such a member back refused by its bound: decide it
+        // exactly.
+        if dataset.population.is_some() {
+            return self.commit_with_population(new).await;
         }
         // `spent` only grows, so the budget admitted the release at the statement too: the
         // caller's allocation, as the statement read it under its lock, or the output quota
@@ -498,15 +498,17 @@ impl LedgerStore for PgStore {
         // No read of the key first: the release handler has just looked it up, so a stored key
         // is rare here and costs a read after the statement (which checks the key itself), while
         // every keyed release saves a round trip.
-        if new.under_population {
-            return self.commit_with_population(new).await;
-        }
         let member = self.member(new)?;
         let answer = match &self.groups {
             Some(groups) => groups.commit(member).await?,
+            None if new.under_population => return self.commit_with_population(new).await,
             None => commit_alone(&self.pool, &member, self.max_stored_cells).await?,
         };
         let answer = match answer {
+            // The one-release statement has no step for population nodes.
+            Answer::Alone(_) if new.under_population => {
+                return self.commit_with_population(new).await;
+            }
             Answer::Alone(member) => {
                 commit_alone(&self.pool, &member, self.max_stored_cells).await?
             }

@@ -474,13 +474,16 @@ async fn place_on(
             Some(_) => path_populations(&mut tx, CONTEXT, target).await?,
             None => Vec::new(),
         };
+        let below = if is_dataset {
+            0
+        } else {
+            depth_below(&mut tx, child).await?
+        };
         let verdict = match path.first() {
             None => Some(Placement::TargetNotFound),
-            Some(first) if first.order.get() != order => Some(Placement::OrderMismatch),
             _ if !is_dataset && path.iter().any(|p| p.id == child) => Some(Placement::Cycle),
-            _ if !is_dataset && path.len() + depth_below(&mut tx, child).await? > population::MAX_DEPTH => {
-                Some(Placement::TooDeep)
-            }
+            Some(first) if first.order.get() != order => Some(Placement::OrderMismatch),
+            _ if path.len() + below > population::MAX_DEPTH => Some(Placement::TooDeep),
             _ => None,
         };
         if let Some(verdict) = verdict {

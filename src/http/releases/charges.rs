@@ -404,10 +404,10 @@ pub(super) async fn create(
     let key = idempotency::key(&headers)?;
     let dataset = state.dataset_for(&caller, id).await?;
     let mechanism = record(&body);
-    let fingerprint = key
-        .as_ref()
-        .map(|_| body.fingerprint(&state.keys()?.fingerprint_key, id, &caller.name()))
-        .transpose()?;
+    let fingerprint = match &key {
+        Some(_) => Some(body.fingerprint(&state.keys()?.fingerprint_key, id, &caller.name())),
+        None => None,
+    };
     let (events, label) = body.split();
     if events.is_empty() || events.len() > MAX_EVENTS {
         return Err(ApiError::invalid_field(
