@@ -13,6 +13,7 @@ pub mod discrete;
 pub mod divergence;
 pub mod exact;
 pub mod exponential;
+pub mod external;
 pub mod gohari;
 pub mod sampler;
 pub mod special;
