@@ -327,7 +327,8 @@ impl PartialSchema for ChargeBody {
             .description(Some(
                 "A DP computation run elsewhere, priced at the ledger order: `gaussian` \
                  λΔ²/(2σ²); `laplace` the exact RDP of the Laplace mechanism with b = \
-                 scale/sensitivity; `pure` an ε-DP mechanism, min(ε, λε²/2); `zcdp` λρ; `rdp` the \
+                 scale/sensitivity; `pure` any ε-DP mechanism, at the RDP of \
+                 randomized response (the largest of any ε-DP mechanism, below min(ε, λε²/2)); `zcdp` λρ; `rdp` the \
                  ε given (at the ledger order); `composed` the sum of its events; `count` \
                  multiplies. Each event's value is rounded up to the ledger grid as a release's \
                  cost is, and the charge is at least one grid unit.",
