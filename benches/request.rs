@@ -22,6 +22,7 @@ fn dataset() -> Dataset {
         spent: Units::ZERO,
         releases: 0,
         cells: None,
+        population: None,
     }
 }
 

@@ -20,10 +20,11 @@ rm -rf "$venv" "$repo/target/py-client-dist"
 python3 -m venv "$venv"
 py=$venv/bin/python
 # Pinned: the checks must not change under the project's feet. pandas and numpy are pinned too,
-# so that pandas-stubs matches the pandas it describes.
+# so that pandas-stubs matches the pandas it describes. dp-accounting (Google's) is only for the
+# tests of record_dp_event with the real DpEvent classes; the client itself does not import it.
 "$py" -m pip install --quiet --disable-pip-version-check \
-  "./clients/python[pandas,numpy]" \
-  httpx==0.28.1 pandas==3.1.1 numpy==2.4.6 \
+  "./clients/python[pandas,numpy,dp-accounting]" \
+  httpx==0.28.1 pandas==3.1.1 numpy==2.4.6 dp-accounting==0.6.0 \
   pytest==9.2.0 ruff==0.17.6 mypy==2.4.1 pandas-stubs==3.1.0.261029 build==1.6.1
 "$py" -m pip list --disable-pip-version-check 2>/dev/null | grep -iE '^(dirichlet-release|httpx|pandas|numpy) '
 

@@ -46,6 +46,7 @@ fn dataset(selector: u8) -> Dataset {
         spent: Units::ZERO,
         releases: 0,
         cells: None,
+        population: None,
     }
 }
 

@@ -53,7 +53,7 @@ pub const SECURITY_HEADERS: [(&str, &str); 6] = [
 const INDEX: &str = include_str!("console/assets/index.html");
 
 /// (file name, media type, contents) of every asset under `/console/`.
-pub const ASSETS: [(&str, &str, &str); 6] = [
+pub const ASSETS: [(&str, &str, &str); 7] = [
     (
         "console.css",
         "text/css; charset=utf-8",
@@ -68,6 +68,11 @@ pub const ASSETS: [(&str, &str, &str); 6] = [
         "api.js",
         "text/javascript; charset=utf-8",
         include_str!("console/assets/api.js"),
+    ),
+    (
+        "populations.js",
+        "text/javascript; charset=utf-8",
+        include_str!("console/assets/populations.js"),
     ),
     (
         "charts.js",

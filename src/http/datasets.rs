@@ -48,6 +48,9 @@ pub struct CreateDataset {
     /// Public names of the cells: every release must then have exactly this many.
     #[serde(default, deserialize_with = "crate::wire::non_null")]
     cells: Option<Vec<String>>,
+    /// The population the dataset joins (src/ledger/population.rs).
+    #[serde(default, deserialize_with = "crate::wire::non_null")]
+    population: Option<Uuid>,
 }
 
 /// `{order, epsilon}` (an RDP budget) or `{epsilon, delta, order?}` (an (ε, δ) target).
@@ -120,6 +123,12 @@ impl PartialSchema for CreateDataset {
                              previews carry them. Never derive them from the private counts (the \
                              values observed in the data leave out the empty cells).",
                         )),
+                )
+                .property(
+                    "population",
+                    schema::formatted("uuid").description(Some(
+                        "The population the dataset joins (it must have the dataset's order).",
+                    )),
                 )
                 .required("name")
                 .required("budget"),
@@ -265,10 +274,30 @@ fn parse(req: CreateDataset, created_by: String, max_cells: usize) -> Result<New
             (Sensitivity::REPLACE_ONE, "replace_one")
         }
     };
-    let epsilon = Epsilon::new(req.budget.epsilon).map_err(|e| param_error("budget.epsilon", e))?;
-    let (order, total, dp_target) = match req.budget.delta {
+    let (order, total, dp_target) = parse_budget(&req.budget)?;
+    Ok(NewDataset {
+        id: Uuid::now_v7(),
+        name,
+        order,
+        total,
+        dp_target,
+        sensitivity,
+        neighbouring: neighbouring.to_string(),
+        created_by,
+        cells: parse_cells(req.cells, max_cells)?,
+        population: req.population,
+    })
+}
+
+/// A budget request resolved to the ledger grid: its order, its total (rounded down, at least
+/// one grid unit) and its (ε, δ) target if it was given as one.
+pub(super) fn parse_budget(
+    budget: &BudgetRequest,
+) -> Result<(Order, Units, Option<DpTarget>), ApiError> {
+    let epsilon = Epsilon::new(budget.epsilon).map_err(|e| param_error("budget.epsilon", e))?;
+    let (order, total, dp_target) = match budget.delta {
         None => {
-            let order = req.budget.order.ok_or_else(|| {
+            let order = budget.order.ok_or_else(|| {
                 ApiError::invalid_field(
                     "budget.order",
                     "an RDP budget needs an order (or give delta for an (epsilon, delta) target)",
@@ -281,7 +310,7 @@ fn parse(req: CreateDataset, created_by: String, max_cells: usize) -> Result<New
         }
         Some(delta) => {
             let delta = Delta::new(delta).map_err(|e| param_error("budget.delta", e))?;
-            let order = match req.budget.order {
+            let order = match budget.order {
                 Some(o) => Order::new(o).map_err(|e| param_error("budget.order", e))?,
                 None => default_order(epsilon, delta, MAX_EPSILON),
             };
@@ -304,17 +333,7 @@ fn parse(req: CreateDataset, created_by: String, max_cells: usize) -> Result<New
             "the budget rounds to zero on the ledger grid",
         ));
     }
-    Ok(NewDataset {
-        id: Uuid::now_v7(),
-        name,
-        order,
-        total,
-        dp_target,
-        sensitivity,
-        neighbouring: neighbouring.to_string(),
-        created_by,
-        cells: parse_cells(req.cells, max_cells)?,
-    })
+    Ok((order, total, dp_target))
 }
 
 /// Register a dataset and its privacy budget (admin only).
@@ -343,6 +362,19 @@ async fn create(
     ApiJson(req): ApiJson<CreateDataset>,
 ) -> Result<Response, ApiError> {
     let new = parse(req, caller.name(), state.settings.max_dimension)?;
+    if let Some(population) = new.population {
+        let node = state
+            .store
+            .get_population(population)
+            .await?
+            .ok_or_else(|| ApiError::invalid_field("population", "no such population"))?;
+        if node.order != new.order {
+            return Err(ApiError::invalid_field(
+                "population",
+                "the dataset's order must equal the population's ledger order",
+            ));
+        }
+    }
     let dataset = state.store.create_dataset(&new).await?;
     tracing::info!(dataset = %dataset.id, order = dataset.order.get(), total = dataset.total.to_f64(), "dataset registered");
     let location = format!("/v1/datasets/{}", dataset.id);
@@ -468,5 +500,9 @@ async fn budget(
             .first()
             .map(AllocationView::from);
     }
+    let (path, binding) =
+        super::populations::path_views(&super::populations::dataset_path(&state, &dataset).await?);
+    view.path = Some(path);
+    view.binding = binding;
     Ok(Json(view))
 }

@@ -49,6 +49,12 @@ pub enum ApiError {
         allocation: Value,
         budget: Value,
     },
+    #[error("{detail}")]
+    PopulationExhausted {
+        detail: String,
+        population: uuid::Uuid,
+        budget: Value,
+    },
     #[error("the dataset's stored releases would exceed the configured output quota of {quota} cells; nothing was charged")]
     OutputQuotaExceeded { quota: i64 },
     #[error("this Idempotency-Key was already used for a different request")]
@@ -109,6 +115,7 @@ impl ApiError {
             MethodNotAllowed => ProblemType::MethodNotAllowed,
             BudgetExhausted { .. } => ProblemType::BudgetExhausted,
             AllocationExhausted { .. } => ProblemType::AllocationExhausted,
+            PopulationExhausted { .. } => ProblemType::PopulationBudgetExhausted,
             OutputQuotaExceeded { .. } => ProblemType::OutputQuotaExceeded,
             IdempotencyKeyReused => ProblemType::IdempotencyKeyReused,
             CalibrationInfeasible(_) => ProblemType::CalibrationInfeasible,
@@ -196,6 +203,8 @@ problem_types! {
         "The release would take the ledger past its budget (`budget` is the ledger that refused it); nothing was charged or drawn.";
     AllocationExhausted: CONFLICT, "allocation-exhausted", "Allocation exhausted",
         "The release fits the dataset's budget but not the calling analyst's allocation on the dataset (`allocation`, with the dataset's ledger in `budget`); nothing was charged or drawn.";
+    PopulationBudgetExhausted: CONFLICT, "population-budget-exhausted", "Population budget exhausted",
+        "The charge fits the dataset (and the caller's allocation) but would take a population node above the dataset past its budget (`population` is that node's id, `budget` its ledger when it refused); nothing was charged or drawn.";
     OutputQuotaExceeded: CONFLICT, "output-quota-exceeded", "Output quota exceeded",
         "The release would take the dataset's stored outputs past the per-dataset quota of `max_stored_cells` cells; nothing was charged or drawn.";
     IdempotencyKeyReused: UNPROCESSABLE_ENTITY, "idempotency-key-reused", "Idempotency key reused",
@@ -253,6 +262,13 @@ pub fn problem_response(error: &ApiError) -> Response {
             allocation, budget, ..
         } => {
             extensions.insert("allocation".into(), allocation.clone());
+            extensions.insert("budget".into(), budget.clone());
+            error.to_string()
+        }
+        ApiError::PopulationExhausted {
+            population, budget, ..
+        } => {
+            extensions.insert("population".into(), json!(population));
             extensions.insert("budget".into(), budget.clone());
             error.to_string()
         }
@@ -413,6 +429,23 @@ impl ProblemType {
                     .required("allocation")
                     .required("budget");
             }
+            ProblemType::PopulationBudgetExhausted => {
+                problem = problem
+                    .property(
+                        "population",
+                        schema::formatted("uuid")
+                            .description(Some("The population node that refused the charge.")),
+                    )
+                    .property(
+                        "budget",
+                        schema::described(
+                            "PopulationLedger",
+                            "That node's ledger when it refused.",
+                        ),
+                    )
+                    .required("population")
+                    .required("budget");
+            }
             _ => {}
         }
         problem.into()
@@ -485,11 +518,13 @@ pub mod problems {
             "No such resource (including a malformed id), or the token may not see it.";
         MethodNotAllowed["Allow" = "#/components/headers/Allow"]: [MethodNotAllowed]
             "The path exists but not with this method (any route).";
-        ReleaseConflict: [BudgetExhausted, AllocationExhausted, OutputQuotaExceeded]
+        ReleaseConflict: [BudgetExhausted, AllocationExhausted, PopulationBudgetExhausted, OutputQuotaExceeded]
             "Nothing was charged or drawn: the release would take the ledger past its budget \
              (`budget-exhausted`, with the ledger in `budget`), the calling analyst past their \
              allocation on the dataset (`allocation-exhausted`, with the allocation in \
-             `allocation`), or the dataset's stored outputs \
+             `allocation`), a population node above the dataset past its budget \
+             (`population-budget-exhausted`, with the node in `population` and its ledger in \
+             `budget`), or the dataset's stored outputs \
              past the per-dataset quota of `max_stored_cells` cells (`output-quota-exceeded`).";
         PriceBeyondAnyBudget: [BudgetExhausted]
             "The release costs more than any ledger can hold (above 8192 at the ledger order), so \
@@ -534,6 +569,9 @@ pub mod problems {
              timeout, or refused or rolled back a release's commit; `timeout`: the request took \
              longer than the configured limit before any commit started. Neither charged \
              anything. Both carry `Retry-After`.";
+        PlacementConflict: [PopulationBudgetExhausted]
+            "What was already spent below the dataset (or population) being placed does not fit \
+             a node of its new path; nothing was changed or charged.";
         CommitOutcomeUnknown: [CommitOutcomeUnknown]
             "The commit started but the database did not answer it within its own deadlines and \
              the connection acquire timeout (plus a margin), or the connection failed after the \

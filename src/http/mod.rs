@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod ops;
 pub mod plan;
+pub mod populations;
 pub mod releases;
 pub mod tokens;
 pub mod views;
@@ -101,6 +102,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::base())
         .merge(ops::router())
         .merge(datasets::router())
+        .merge(populations::router())
         .merge(allocations::router())
         .merge(plan::router())
         .merge(mechanisms::router())

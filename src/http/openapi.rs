@@ -85,6 +85,7 @@ pub fn base() -> OpenApi {
             "The release mechanisms, their fields and what each supports, for clients to build on.",
         ),
         ("releases", "Private releases of a dataset's distribution."),
+        ("populations", "Budgets that span datasets: populations in a tree, each node capping what the datasets and populations under it are charged."),
         ("tokens", "Analyst tokens."),
         ("console", "The browser console's page and files (no authentication; the data stays behind the API)."),
     ]

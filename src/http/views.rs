@@ -68,6 +68,14 @@ pub struct BudgetView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub allocation: Option<AllocationView>,
+    /// The dataset, then every population above it up to the root (the budget endpoint only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub path: Option<Vec<super::populations::PathNodeView>>,
+    /// The id of the node on `path` with the least remaining budget (the budget endpoint only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub binding: Option<Uuid>,
 }
 
 impl From<&BudgetState> for BudgetView {
@@ -87,6 +95,8 @@ impl From<&BudgetState> for BudgetView {
             releases: b.releases,
             dp,
             allocation: None,
+            path: None,
+            binding: None,
         }
     }
 }
@@ -241,6 +251,8 @@ pub struct DatasetView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Names>, nullable = false, min_items = 2)]
     pub cells: Option<Vec<String>>,
+    /// The population the dataset is in (null: none).
+    pub population: Option<Uuid>,
 }
 
 fn neighbouring() -> SchemaRef {
@@ -249,22 +261,28 @@ fn neighbouring() -> SchemaRef {
         .into()
 }
 
-impl From<&Dataset> for DatasetView {
-    fn from(d: &Dataset) -> Self {
-        let budget = match d.dp_target {
+impl BudgetSpecView {
+    pub fn new(order: crate::privacy::Order, total: crate::ledger::Units, dp_target: Option<crate::ledger::DpTarget>) -> Self {
+        match dp_target {
             Some(t) => BudgetSpecView {
-                order: d.order.get(),
+                order: order.get(),
                 epsilon: t.epsilon,
                 delta: Some(t.delta),
-                rdp_epsilon: Some(d.total.to_f64()),
+                rdp_epsilon: Some(total.to_f64()),
             },
             None => BudgetSpecView {
-                order: d.order.get(),
-                epsilon: d.total.to_f64(),
+                order: order.get(),
+                epsilon: total.to_f64(),
                 delta: None,
                 rdp_epsilon: None,
             },
-        };
+        }
+    }
+}
+
+impl From<&Dataset> for DatasetView {
+    fn from(d: &Dataset) -> Self {
+        let budget = BudgetSpecView::new(d.order, d.total, d.dp_target);
         DatasetView {
             id: d.id,
             name: d.name.clone(),
@@ -278,6 +296,7 @@ impl From<&Dataset> for DatasetView {
             releases: d.releases,
             created_at: d.created_at,
             cells: names(d.cells.as_ref()),
+            population: d.population,
         }
     }
 }
@@ -304,6 +323,8 @@ pub struct CostView {
 /// A stored release (a `Release` without `budget`).
 #[derive(Debug, Serialize)]
 pub struct ReleaseRecordView {
+    /// `release` (drawn here) or `external` (a computation run elsewhere, charged here).
+    pub kind: &'static str,
     pub id: Uuid,
     pub dataset_id: Uuid,
     pub seq: i64,
@@ -333,6 +354,16 @@ impl PartialSchema for ReleaseRecordView {
                 "A stored release (a `Release` without `budget`). A vector release carries \
                  `distribution`, a table release `distributions`.",
             ))
+            .property(
+                "kind",
+                schema::string()
+                    .enum_values(Some(["release", "external"]))
+                    .description(Some(
+                        "`release`: drawn here, with its output; `external`: a DP computation \
+                         run elsewhere and charged here (`POST /v1/datasets/{id}/charges`), with \
+                         no output and its description in `mechanism`.",
+                    )),
+            )
             .property("id", schema::formatted("uuid"))
             .property("dataset_id", schema::formatted("uuid"))
             .property("seq", schema::integer().minimum(Some(1)))
@@ -367,9 +398,20 @@ impl PartialSchema for ReleaseRecordView {
                     "A table release's row names, when it was made with them.",
                 ),
             )
-            .property("mechanism", schema::component(&Mechanism::name()))
+            .property(
+                "mechanism",
+                schema::one_of([
+                    schema::component(&Mechanism::name()),
+                    schema::object()
+                        .description(Some(
+                            "An external charge's description (`kind: external`), as sent.",
+                        ))
+                        .into(),
+                ]),
+            )
             .property("cost", schema::component(&CostView::name()));
         let required = [
+            "kind",
             "id",
             "dataset_id",
             "seq",
@@ -382,7 +424,12 @@ impl PartialSchema for ReleaseRecordView {
             required
                 .into_iter()
                 .fold(who_and_when, |o, r| o.required(r)),
-            [schema::exactly_one_of("distribution", "distributions")],
+            [serde_json::json!({"oneOf": [
+                {"properties": {"kind": {"const": "release"}}, "required": ["kind"],
+                 "allOf": [schema::exactly_one_of("distribution", "distributions")]},
+                {"properties": {"kind": {"const": "external"}}, "required": ["kind"],
+                 "not": {"anyOf": [{"required": ["distribution"]}, {"required": ["distributions"]}]}}
+            ]})],
         )
         .into()
     }
@@ -407,14 +454,22 @@ impl ToSchema for ReleaseRecordView {
     }
 }
 
+/// Whether a stored mechanism record is an external charge's (src/http/releases/charges.rs).
+pub fn is_external(mechanism: &Value) -> bool {
+    mechanism.get("kind").and_then(Value::as_str) == Some("external")
+}
+
 impl ReleaseRecordView {
     /// `cells` are the dataset's cell names; a listing gives them once for its page instead.
     pub fn new(r: Release, order: f64, cells: Option<&Names>) -> Self {
+        let external = is_external(&r.mechanism);
         let (distribution, distributions) = match r.output {
+            _ if external => (None, None),
             Output::Vector(v) => (Some(v), None),
             Output::Table(t) => (None, Some(t.iter_rows().map(<[f64]>::to_vec).collect())),
         };
         ReleaseRecordView {
+            kind: if external { "external" } else { "release" },
             id: r.id,
             dataset_id: r.dataset_id,
             seq: r.seq,

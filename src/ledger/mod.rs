@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod charge;
 pub mod names;
+pub mod population;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -19,6 +20,7 @@ pub use charge::{charge_for, Units, UnitsError};
 pub use names::{
     DatasetName, Label, NameError, Names, NamesError, MAX_LABEL_CHARS, MAX_NAME_CHARS,
 };
+pub use population::{Children, NewPopulation, Node, NodeRefusal, Population};
 
 use crate::access::TokenRecord;
 
@@ -50,6 +52,8 @@ pub struct Dataset {
     /// Public names of the cells, when the dataset was registered with them: every release's
     /// vector (or table row) then has exactly this many cells.
     pub cells: Option<Names>,
+    /// The population the dataset is in, if any (src/ledger/population.rs).
+    pub population: Option<Uuid>,
 }
 
 impl Dataset {
@@ -123,6 +127,9 @@ pub struct NewDataset {
     pub neighbouring: String,
     pub created_by: String,
     pub cells: Option<Names>,
+    /// The population it joins (the caller checked that it exists and has the dataset's order;
+    /// a new dataset has spent nothing, so joining charges nothing).
+    pub population: Option<Uuid>,
 }
 
 /// The retry identity of a release request: the client's `Idempotency-Key` and a keyed hash
@@ -219,6 +226,10 @@ pub struct NewRelease {
     /// Public names of a table's rows, stored with the release.
     pub row_names: Option<Names>,
     pub idempotency: Option<Idempotency>,
+    /// Whether the dataset was under a population when the caller read it: a hint that lets
+    /// PostgreSQL go straight to the transaction that charges the nodes. Admission never rests
+    /// on it: the stores read the dataset's population under its lock.
+    pub under_population: bool,
 }
 
 /// A stored release.
@@ -327,6 +338,12 @@ pub enum CommitOutcome {
     Existing {
         release: Release,
         fingerprint: [u8; 32],
+    },
+    /// The dataset's budget (and the allocation) admitted it but a population node on the
+    /// dataset's path did not (`refusal`: that node as it refused); nothing was written.
+    PopulationExhausted {
+        refusal: NodeRefusal,
+        budget: BudgetState,
     },
     /// No such dataset; nothing was written.
     DatasetNotFound,
@@ -498,6 +515,70 @@ pub trait LedgerStore: Send + Sync + 'static {
 
     /// Ledger figures of every dataset (for metrics).
     async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError>;
+
+    /// Store a new population (the caller checked its parent exists and has its order; a new
+    /// node has spent nothing, so creating it charges nothing).
+    async fn create_population(&self, new: &NewPopulation) -> Result<Population, StoreError>;
+    async fn get_population(&self, id: Uuid) -> Result<Option<Population>, StoreError>;
+    /// Every population, oldest first.
+    async fn list_populations(&self) -> Result<Vec<Population>, StoreError>;
+
+    /// Put the dataset in `population` (`None`: in none), in one transaction under the rows'
+    /// locks (dataset, then the new path's nodes by id): admitted only if the dataset's spend so
+    /// far fits every node of the new path, each then charged with it. The old path keeps what
+    /// it was charged.
+    async fn set_dataset_population(
+        &self,
+        dataset_id: Uuid,
+        population: Option<Uuid>,
+    ) -> Result<Placement, StoreError>;
+
+    /// Move population `id` under `parent` (`None`: make it a root), in one transaction under
+    /// the locks of the node and its new ancestors (by id): refused if `parent` is the node or
+    /// under it, or has another order; admitted only if the node's spend fits every new
+    /// ancestor, each then charged with it. The old ancestors keep what they were charged.
+    async fn set_population_parent(
+        &self,
+        id: Uuid,
+        parent: Option<Uuid>,
+    ) -> Result<Placement, StoreError>;
+
+    /// The population `id` and its ancestors up to the root (empty if there is no such node).
+    /// Not a locked read: for the budget views.
+    async fn population_path(&self, id: Uuid) -> Result<Vec<Population>, StoreError> {
+        let mut path: Vec<Population> = Vec::new();
+        let mut next = Some(id);
+        while let Some(id) = next {
+            if path.len() > population::MAX_DEPTH || path.iter().any(|p| p.id == id) {
+                return Err(StoreError::Corrupt("populations.parent_id forms a cycle".into()));
+            }
+            let Some(node) = self.get_population(id).await? else {
+                break;
+            };
+            next = node.parent;
+            path.push(node);
+        }
+        Ok(path)
+    }
+}
+
+/// How [`LedgerStore::set_dataset_population`] or [`LedgerStore::set_population_parent`] ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Placement {
+    /// Placed, and the new path charged.
+    Placed,
+    /// The dataset (or the population being moved) does not exist.
+    NotFound,
+    /// The population to place it in does not exist.
+    TargetNotFound,
+    /// The target has another ledger order.
+    OrderMismatch,
+    /// The target is the node itself or under it.
+    Cycle,
+    /// The new path would be deeper than [`population::MAX_DEPTH`].
+    TooDeep,
+    /// What was already spent does not fit this node of the new path; nothing was written.
+    Exhausted(NodeRefusal),
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use crate::ledger::audit::{self, LinkFields, LogEntry};
 use crate::ledger::{
-    Allocation, AllocationChange, BudgetState, Dataset, DpTarget, Label, LedgerSummary, Names,
+    Allocation, AllocationChange, BudgetState, Children, Dataset, Population, DpTarget, Label, LedgerSummary, Names,
     NewRelease, Output, Release, ReleaseSummary, StoreError, Table, Units,
 };
 use crate::privacy::{Order, Sensitivity};
@@ -39,7 +39,52 @@ pub fn decode_distribution(bytes: &[u8]) -> Option<Vec<f64>> {
 /// The columns of a dataset, in the order both backends select them.
 pub(crate) const DATASET_COLUMNS: &str = "id, name, budget_order, total_units, spent_units, \
      release_count, dp_epsilon, dp_delta, l2_squared, linf, neighbouring, created_at, created_by, \
-     cells";
+     cells, population_id";
+
+/// A population row's columns, in the order [`PopulationColumns`] reads them.
+pub(crate) const POPULATION_COLUMNS: &str = "id, name, budget_order, total_units, spent_units, \
+     dp_epsilon, dp_delta, parent_id, children, created_at, created_by";
+
+/// A population row as stored, before its values are checked.
+#[derive(sqlx::FromRow)]
+pub(crate) struct PopulationColumns<Id = Uuid> {
+    pub id: Id,
+    pub name: String,
+    pub budget_order: f64,
+    pub total_units: i64,
+    pub spent_units: i64,
+    pub dp_epsilon: Option<f64>,
+    pub dp_delta: Option<f64>,
+    pub parent_id: Option<Id>,
+    pub children: String,
+    pub created_at: DateTime<Utc>,
+    pub created_by: String,
+}
+
+impl<Id: Into<Uuid>> TryFrom<PopulationColumns<Id>> for Population {
+    type Error = StoreError;
+
+    fn try_from(c: PopulationColumns<Id>) -> Result<Population, StoreError> {
+        Ok(Population {
+            id: c.id.into(),
+            name: c.name,
+            order: Order::new(c.budget_order)
+                .map_err(|_| corrupt("populations.budget_order is not an order > 1"))?,
+            total: units(c.total_units, "populations.total_units")?,
+            spent: units(c.spent_units, "populations.spent_units")?,
+            dp_target: match (c.dp_epsilon, c.dp_delta) {
+                (Some(epsilon), Some(delta)) => Some(DpTarget { epsilon, delta }),
+                (None, None) => None,
+                _ => return Err(corrupt("populations.dp_epsilon and dp_delta must be both set or both null")),
+            },
+            parent: c.parent_id.map(Into::into),
+            children: Children::parse(&c.children)
+                .ok_or_else(|| corrupt("populations.children is not shared or disjoint"))?,
+            created_at: c.created_at,
+            created_by: c.created_by,
+        })
+    }
+}
 
 /// The ledger columns of a dataset row, as stored.
 #[derive(sqlx::FromRow)]
@@ -88,6 +133,7 @@ pub(crate) struct DatasetColumns<Id = Uuid> {
     pub created_at: DateTime<Utc>,
     pub created_by: String,
     pub cells: Option<String>,
+    pub population_id: Option<Id>,
 }
 
 impl<Id: Into<Uuid>> TryFrom<DatasetColumns<Id>> for Dataset {
@@ -109,6 +155,7 @@ impl<Id: Into<Uuid>> TryFrom<DatasetColumns<Id>> for Dataset {
             spent: budget.spent,
             releases: budget.releases,
             cells: names(c.cells, "datasets.cells")?,
+            population: c.population_id.map(Into::into),
         })
     }
 }

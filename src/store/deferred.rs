@@ -203,6 +203,36 @@ impl LedgerStore for Deferred {
     async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError> {
         self.store()?.ledger_summaries().await
     }
+
+    async fn create_population(&self, new: &NewPopulation) -> Result<Population, StoreError> {
+        self.store()?.create_population(new).await
+    }
+
+    async fn get_population(&self, id: Uuid) -> Result<Option<Population>, StoreError> {
+        self.store()?.get_population(id).await
+    }
+
+    async fn list_populations(&self) -> Result<Vec<Population>, StoreError> {
+        self.store()?.list_populations().await
+    }
+
+    async fn set_dataset_population(
+        &self,
+        dataset_id: Uuid,
+        population: Option<Uuid>,
+    ) -> Result<Placement, StoreError> {
+        self.store()?
+            .set_dataset_population(dataset_id, population)
+            .await
+    }
+
+    async fn set_population_parent(
+        &self,
+        id: Uuid,
+        parent: Option<Uuid>,
+    ) -> Result<Placement, StoreError> {
+        self.store()?.set_population_parent(id, parent).await
+    }
 }
 
 #[cfg(test)]

@@ -13,8 +13,9 @@ use sqlx::{Connection, FromRow, PgConnection, Row};
 use uuid::Uuid;
 
 use super::codec::{
-    self, committed_release, output_columns, DatasetColumns, ReleaseColumns, ReleaseSummaryColumns,
-    SummaryColumns, DATASET_COLUMNS, RELEASE_SUMMARY_COLUMNS,
+    self, committed_release, output_columns, DatasetColumns, PopulationColumns, ReleaseColumns,
+    ReleaseSummaryColumns, SummaryColumns, DATASET_COLUMNS, POPULATION_COLUMNS,
+    RELEASE_SUMMARY_COLUMNS,
 };
 use super::{store_error, StoreOptions};
 use crate::access::{Role, TokenRecord};
@@ -23,6 +24,7 @@ use crate::ledger::*;
 use group::{Answer, Groups, Member};
 
 mod group;
+mod tree;
 
 const TOKEN_COLUMNS: &str = "id, secret_hash, role, created_at, expires_at, last_used_at, \
      revoked_at, ARRAY(SELECT dataset_id FROM token_datasets WHERE token_id = tokens.id \
@@ -96,6 +98,7 @@ WITH allocation AS MATERIALIZED (
            chain_head = sha256($13 || int8send(release_count + 1) || chain_head
                                || int8send((EXTRACT(EPOCH FROM now()) * 1000000)::bigint) || $14)
      WHERE id = $1 AND spent_units + $2 <= total_units AND stored_cells + $7 <= $12
+       AND population_id IS NULL
        AND NOT EXISTS (SELECT 1 FROM allocation
                         WHERE allocation.spent_units + $2 > allocation.allocation_units)
  RETURNING id, budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta,
@@ -268,6 +271,12 @@ impl PgStore {
         if !budget.admits(new.cost) {
             return Ok(CommitOutcome::Exhausted { budget });
         }
+        // The one-release statement charges no dataset under a population (it has no step for
+        // the nodes), and a group may hand such a member back refused by its bound: decide it
+        // exactly.
+        if dataset.population.is_some() {
+            return self.commit_with_population(new).await;
+        }
         // `spent` only grows, so the budget admitted the release at the statement too: the
         // caller's allocation, as the statement read it under its lock, or the output quota
         // refused it.
@@ -284,6 +293,22 @@ impl PgStore {
         Ok(CommitOutcome::OutputQuotaExceeded {
             quota: self.max_stored_cells,
         })
+    }
+}
+
+impl PgStore {
+    /// A release on a dataset under a population: the one-release statement has no step for the
+    /// nodes, so this is a transaction of its own (src/store/postgres/tree.rs), retried while
+    /// the tree above the dataset moves under it.
+    async fn commit_with_population(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError> {
+        for _ in 0..8 {
+            if let Some(outcome) = tree::commit(&self.pool, new, self.max_stored_cells).await? {
+                return Ok(outcome);
+            }
+        }
+        Err(StoreError::Unavailable(
+            "commit_release: the populations above the dataset kept moving".into(),
+        ))
     }
 }
 
@@ -425,8 +450,10 @@ impl LedgerStore for PgStore {
     async fn create_dataset(&self, new: &NewDataset) -> Result<Dataset, StoreError> {
         let sql = format!(
             "INSERT INTO datasets (id, name, budget_order, total_units, dp_epsilon, dp_delta, \
-                                   l2_squared, linf, neighbouring, created_by, cells) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING {DATASET_COLUMNS}"
+                                   l2_squared, linf, neighbouring, created_by, cells, \
+                                   population_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+             RETURNING {DATASET_COLUMNS}"
         );
         sqlx::query_as::<_, DatasetColumns>(&sql)
             .bind(new.id)
@@ -440,6 +467,7 @@ impl LedgerStore for PgStore {
             .bind(&new.neighbouring)
             .bind(&new.created_by)
             .bind(codec::names_json(new.cells.as_ref()))
+            .bind(new.population)
             .fetch_one(&self.pool)
             .await
             .map_err(|e| store_error("create_dataset", e))?
@@ -473,9 +501,14 @@ impl LedgerStore for PgStore {
         let member = self.member(new)?;
         let answer = match &self.groups {
             Some(groups) => groups.commit(member).await?,
+            None if new.under_population => return self.commit_with_population(new).await,
             None => commit_alone(&self.pool, &member, self.max_stored_cells).await?,
         };
         let answer = match answer {
+            // The one-release statement has no step for population nodes.
+            Answer::Alone(_) if new.under_population => {
+                return self.commit_with_population(new).await;
+            }
             Answer::Alone(member) => {
                 commit_alone(&self.pool, &member, self.max_stored_cells).await?
             }
@@ -843,5 +876,65 @@ impl LedgerStore for PgStore {
         .into_iter()
         .map(LedgerSummary::try_from)
         .collect()
+    }
+
+    async fn create_population(&self, new: &NewPopulation) -> Result<Population, StoreError> {
+        let sql = format!(
+            "INSERT INTO populations (id, name, budget_order, total_units, dp_epsilon, dp_delta, \
+                                      parent_id, children, created_by) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {POPULATION_COLUMNS}"
+        );
+        sqlx::query_as::<_, PopulationColumns>(&sql)
+            .bind(new.id)
+            .bind(new.name.as_str())
+            .bind(new.order.get())
+            .bind(new.total.raw())
+            .bind(new.dp_target.map(|t| t.epsilon))
+            .bind(new.dp_target.map(|t| t.delta))
+            .bind(new.parent)
+            .bind(new.children.as_str())
+            .bind(&new.created_by)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| store_error("create_population", e))?
+            .try_into()
+    }
+
+    async fn get_population(&self, id: Uuid) -> Result<Option<Population>, StoreError> {
+        let sql = format!("SELECT {POPULATION_COLUMNS} FROM populations WHERE id = $1");
+        sqlx::query_as::<_, PopulationColumns>(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| store_error("get_population", e))?
+            .map(Population::try_from)
+            .transpose()
+    }
+
+    async fn list_populations(&self) -> Result<Vec<Population>, StoreError> {
+        let sql = format!("SELECT {POPULATION_COLUMNS} FROM populations ORDER BY created_at, id");
+        sqlx::query_as::<_, PopulationColumns>(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| store_error("list_populations", e))?
+            .into_iter()
+            .map(Population::try_from)
+            .collect()
+    }
+
+    async fn set_dataset_population(
+        &self,
+        dataset_id: Uuid,
+        population: Option<Uuid>,
+    ) -> Result<Placement, StoreError> {
+        tree::place(&self.pool, dataset_id, true, population).await
+    }
+
+    async fn set_population_parent(
+        &self,
+        id: Uuid,
+        parent: Option<Uuid>,
+    ) -> Result<Placement, StoreError> {
+        tree::place(&self.pool, id, false, parent).await
     }
 }

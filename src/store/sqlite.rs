@@ -16,12 +16,14 @@ use uuid::fmt::Hyphenated;
 use uuid::Uuid;
 
 use super::codec::{
-    self, committed_release, output_columns, BudgetColumns, DatasetColumns, ReleaseColumns,
+    self, committed_release, output_columns, BudgetColumns, DatasetColumns, PopulationColumns,
+    ReleaseColumns, POPULATION_COLUMNS,
     ReleaseSummaryColumns, SummaryColumns, DATASET_COLUMNS, RELEASE_SUMMARY_COLUMNS,
 };
 use super::{store_error, StoreOptions};
 use crate::access::{Role, TokenRecord};
 use crate::ledger::audit::{self, LogEntry, LogHead};
+use crate::ledger::population;
 use crate::ledger::*;
 
 const TOKEN_COLUMNS: &str = "id, secret_hash, role, created_at, expires_at, last_used_at, \
@@ -257,7 +259,7 @@ async fn commit_release_on(
                              stored_cells = stored_cells + $3 \
          WHERE id = $1 AND spent_units + $2 <= total_units AND stored_cells + $3 <= $4 \
          RETURNING budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta, \
-                   chain_head",
+                   chain_head, population_id",
     )
     .bind(new.dataset_id.hyphenated())
     .bind(new.cost.raw())
@@ -287,6 +289,26 @@ async fn commit_release_on(
         charged.try_get("chain_head").map_err(fail)?,
         "datasets.chain_head",
     )?;
+
+    // Every population node on the dataset's path, under the same write lock (src/ledger/population.rs).
+    let population: Option<Hyphenated> = charged.try_get("population_id").map_err(fail)?;
+    if let Some(population) = population {
+        let path = path_nodes(&mut tx, CONTEXT, population.into()).await?;
+        match population::charge_path(&path, budget.spent, new.cost) {
+            Ok(after) => write_nodes(&mut tx, CONTEXT, &path, &after).await?,
+            Err(refusal) => {
+                tx.rollback().await.map_err(fail)?;
+                return Ok(CommitOutcome::PopulationExhausted {
+                    refusal,
+                    budget: BudgetState {
+                        spent: budget.spent.saturating_sub(new.cost),
+                        releases: budget.releases - 1,
+                        ..budget
+                    },
+                });
+            }
+        }
+    }
 
     let created_at = now();
     // The log link (src/ledger/audit.rs), under the write lock that also orders the charges.
@@ -353,6 +375,155 @@ async fn commit_release_on(
 
     let release = committed_release(new, budget.releases, created_at, budget.spent);
     Ok(CommitOutcome::Committed { release, budget })
+}
+
+/// The nodes of the path from `start` to the root, leaf first, as read in the caller's
+/// transaction (which holds the write lock).
+async fn path_nodes(
+    conn: &mut SqliteConnection,
+    context: &str,
+    start: Uuid,
+) -> Result<Vec<Node>, StoreError> {
+    Ok(path_populations(conn, context, start)
+        .await?
+        .iter()
+        .map(Population::node)
+        .collect())
+}
+
+async fn path_populations(
+    conn: &mut SqliteConnection,
+    context: &str,
+    start: Uuid,
+) -> Result<Vec<Population>, StoreError> {
+    let sql = format!("SELECT {POPULATION_COLUMNS} FROM populations WHERE id = $1");
+    let mut path: Vec<Population> = Vec::new();
+    let mut next = Some(start);
+    while let Some(id) = next {
+        if path.len() > population::MAX_DEPTH || path.iter().any(|p| p.id == id) {
+            return Err(StoreError::Corrupt(
+                "populations.parent_id forms a cycle".into(),
+            ));
+        }
+        let node: Population = sqlx::query_as::<_, PopulationColumns<Hyphenated>>(&sql)
+            .bind(id.hyphenated())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| store_error(context, e))?
+            .ok_or_else(|| StoreError::Corrupt("a population's parent does not exist".into()))?
+            .try_into()?;
+        next = node.parent;
+        path.push(node);
+    }
+    Ok(path)
+}
+
+async fn write_nodes(
+    conn: &mut SqliteConnection,
+    context: &str,
+    path: &[Node],
+    after: &[Units],
+) -> Result<(), StoreError> {
+    for (node, spent) in path.iter().zip(after) {
+        if *spent != node.spent {
+            sqlx::query("UPDATE populations SET spent_units = $2 WHERE id = $1")
+                .bind(node.id.hyphenated())
+                .bind(spent.raw())
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| store_error(context, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// The transaction of [`LedgerStore::set_dataset_population`] or
+/// [`LedgerStore::set_population_parent`]: `child` is the dataset (`is_dataset`) or population
+/// to place under `target`.
+async fn place_on(
+    conn: &mut SqliteConnection,
+    child: Uuid,
+    is_dataset: bool,
+    target: Option<Uuid>,
+) -> Result<Placement, StoreError> {
+    const CONTEXT: &str = "place";
+    let fail = |e| store_error(CONTEXT, e);
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(fail)?;
+    let table = if is_dataset { "datasets" } else { "populations" };
+    let row = sqlx::query(&format!(
+        "SELECT budget_order, spent_units FROM {table} WHERE id = $1"
+    ))
+    .bind(child.hyphenated())
+    .fetch_optional(&mut *tx)
+    .await
+    .map_err(fail)?;
+    let Some(row) = row else {
+        tx.rollback().await.map_err(fail)?;
+        return Ok(Placement::NotFound);
+    };
+    let order: f64 = row.try_get("budget_order").map_err(fail)?;
+    let spent = codec::units(row.try_get("spent_units").map_err(fail)?, "spent_units")?;
+    let column = if is_dataset { "population_id" } else { "parent_id" };
+    if let Some(target) = target {
+        let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM populations WHERE id = $1")
+            .bind(target.hyphenated())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(fail)?;
+        let path = match exists {
+            Some(_) => path_populations(&mut tx, CONTEXT, target).await?,
+            None => Vec::new(),
+        };
+        let below = if is_dataset {
+            0
+        } else {
+            depth_below(&mut tx, child).await?
+        };
+        let verdict = match path.first() {
+            None => Some(Placement::TargetNotFound),
+            _ if !is_dataset && path.iter().any(|p| p.id == child) => Some(Placement::Cycle),
+            Some(first) if first.order.get() != order => Some(Placement::OrderMismatch),
+            _ if path.len() + below > population::MAX_DEPTH => Some(Placement::TooDeep),
+            _ => None,
+        };
+        if let Some(verdict) = verdict {
+            tx.rollback().await.map_err(fail)?;
+            return Ok(verdict);
+        }
+        let nodes: Vec<Node> = path.iter().map(Population::node).collect();
+        match population::charge_path(&nodes, spent, spent) {
+            Ok(after) => write_nodes(&mut tx, CONTEXT, &nodes, &after).await?,
+            Err(refusal) => {
+                tx.rollback().await.map_err(fail)?;
+                return Ok(Placement::Exhausted(refusal));
+            }
+        }
+    }
+    sqlx::query(&format!("UPDATE {table} SET {column} = $2 WHERE id = $1"))
+        .bind(child.hyphenated())
+        .bind(target.map(|t| t.hyphenated()))
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    tx.commit().await.map_err(fail)?;
+    Ok(Placement::Placed)
+}
+
+/// The most populations on a path from below `id` up to it (1: none below).
+async fn depth_below(conn: &mut SqliteConnection, id: Uuid) -> Result<usize, StoreError> {
+    let depth: i64 = sqlx::query_scalar(
+        "WITH RECURSIVE below(id, depth) AS ( \
+             SELECT $1, 1 \
+             UNION ALL \
+             SELECT p.id, below.depth + 1 FROM populations p JOIN below ON p.parent_id = below.id \
+              WHERE below.depth <= 64) \
+         SELECT max(depth) FROM below",
+    )
+    .bind(id.hyphenated())
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|e| store_error("place", e))?;
+    Ok(usize::try_from(depth).unwrap_or(usize::MAX))
 }
 
 /// The transaction of [`LedgerStore::set_allocation`], on one connection.
@@ -476,8 +647,10 @@ impl LedgerStore for SqliteStore {
     async fn create_dataset(&self, new: &NewDataset) -> Result<Dataset, StoreError> {
         let sql = format!(
             "INSERT INTO datasets (id, name, budget_order, total_units, dp_epsilon, dp_delta, \
-                                   l2_squared, linf, neighbouring, created_at, created_by, cells) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING {DATASET_COLUMNS}"
+                                   l2_squared, linf, neighbouring, created_at, created_by, cells, \
+                                   population_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+             RETURNING {DATASET_COLUMNS}"
         );
         sqlx::query_as::<_, DatasetColumns<Hyphenated>>(&sql)
             .bind(new.id.hyphenated())
@@ -492,6 +665,7 @@ impl LedgerStore for SqliteStore {
             .bind(now())
             .bind(&new.created_by)
             .bind(codec::names_json(new.cells.as_ref()))
+            .bind(new.population.map(|p| p.hyphenated()))
             .fetch_one(&self.pool)
             .await
             .map_err(|e| store_error("create_dataset", e))?
@@ -833,5 +1007,70 @@ impl LedgerStore for SqliteStore {
         .into_iter()
         .map(LedgerSummary::try_from)
         .collect()
+    }
+
+    async fn create_population(&self, new: &NewPopulation) -> Result<Population, StoreError> {
+        let sql = format!(
+            "INSERT INTO populations (id, name, budget_order, total_units, dp_epsilon, dp_delta, \
+                                      parent_id, children, created_at, created_by) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {POPULATION_COLUMNS}"
+        );
+        sqlx::query_as::<_, PopulationColumns<Hyphenated>>(&sql)
+            .bind(new.id.hyphenated())
+            .bind(new.name.as_str())
+            .bind(new.order.get())
+            .bind(new.total.raw())
+            .bind(new.dp_target.map(|t| t.epsilon))
+            .bind(new.dp_target.map(|t| t.delta))
+            .bind(new.parent.map(|p| p.hyphenated()))
+            .bind(new.children.as_str())
+            .bind(now())
+            .bind(&new.created_by)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| store_error("create_population", e))?
+            .try_into()
+    }
+
+    async fn get_population(&self, id: Uuid) -> Result<Option<Population>, StoreError> {
+        let sql = format!("SELECT {POPULATION_COLUMNS} FROM populations WHERE id = $1");
+        sqlx::query_as::<_, PopulationColumns<Hyphenated>>(&sql)
+            .bind(id.hyphenated())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| store_error("get_population", e))?
+            .map(Population::try_from)
+            .transpose()
+    }
+
+    async fn list_populations(&self) -> Result<Vec<Population>, StoreError> {
+        let sql = format!("SELECT {POPULATION_COLUMNS} FROM populations ORDER BY rowid");
+        sqlx::query_as::<_, PopulationColumns<Hyphenated>>(&sql)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| store_error("list_populations", e))?
+            .into_iter()
+            .map(Population::try_from)
+            .collect()
+    }
+
+    async fn set_dataset_population(
+        &self,
+        dataset_id: Uuid,
+        population: Option<Uuid>,
+    ) -> Result<Placement, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(|e| store_error("place", e))?;
+        let result = place_on(&mut conn, dataset_id, true, population).await;
+        discard_on_error(&mut conn, result)
+    }
+
+    async fn set_population_parent(
+        &self,
+        id: Uuid,
+        parent: Option<Uuid>,
+    ) -> Result<Placement, StoreError> {
+        let mut conn = self.pool.acquire().await.map_err(|e| store_error("place", e))?;
+        let result = place_on(&mut conn, id, false, parent).await;
+        discard_on_error(&mut conn, result)
     }
 }

@@ -15,7 +15,10 @@
 // allocation between preview and release. Then, against the service's own listing of mechanisms
 // (GET /v1/mechanisms), every listed mechanism in the release form and the planner with its own
 // fields, an exponential, an explicit and a smoothed gaussian release through the form, and a
-// plan of explicit by its fields and of auto and gaussian by a KL target.
+// plan of explicit by its fields and of auto and gaussian by a KL target. Then populations: a root,
+// a disjoint child and a small one created through the forms, datasets placed by the form (a 409
+// when what a dataset spent does not fit), the tree with each node's spend, the binding node and
+// each node's spend over time, and a dataset's budget path with its external charge.
 // Throughout: no request URL carries a token, nothing is written to localStorage or cookies,
 // every /console response carries the security headers, no CSP violation or script error occurs,
 // and every form control has a label. Screenshots go to $OUT.
@@ -964,6 +967,88 @@ try {
   assert.match(await planFormEl.locator('table.plan-results tbody tr[data-item="2"] td.params').textContent(), new RegExp(`smoothing = ${shown(smoothing).replace('.', '\\.')}`));
   await assertNoStrayText(page, 'the dataset page after releases and a plan by every mechanism');
   await planFormEl.screenshot({ path: `${OUT}/planner-mechanisms.png` });
+
+  step('populations: create a tree by the forms, place datasets, see each node, the binding one and a dataset\'s budget path');
+  const wardA = (await api('POST', '/v1/datasets', ADMIN, { name: 'ward A', budget: { epsilon: 1, order: 2 } })).body.id;
+  const wardB = (await api('POST', '/v1/datasets', ADMIN, { name: 'ward B', budget: { epsilon: 1, order: 2 } })).body.id;
+  // Spend before placing: an external charge on ward A (exactly 0.5), a release on ward B.
+  const external = await api('POST', `/v1/datasets/${wardA}/charges`, ADMIN, { mechanism: 'rdp', epsilon: 0.5, label: 'model trained elsewhere' });
+  assert.equal(external.status, 201, JSON.stringify(external.body));
+  assert.equal(external.body.kind, 'external');
+  const wardRelease = await api('POST', `/v1/datasets/${wardB}/releases`, ADMIN, { counts: [10, 4, 1, 0], epsilon: 0.25 });
+  assert.equal(wardRelease.status, 201, JSON.stringify(wardRelease.body));
+  await page.getByRole('link', { name: 'Populations' }).click();
+  await page.getByRole('heading', { name: 'Populations', exact: true }).waitFor();
+  assert.match(await page.locator('main').textContent(), /No populations yet/);
+  await assertLabelled(page, 'populations');
+  const createPopulation = async ({ name, epsilon, parent, children }) => {
+    await page.getByLabel('Name', { exact: true }).fill(name);
+    await page.getByLabel('Budget ε (Rényi DP)').fill(String(epsilon));
+    if (parent) await page.getByLabel('Parent population').selectOption(parent);
+    await page.getByLabel('Children').selectOption(children);
+    await page.getByRole('button', { name: 'Create population' }).click();
+    const node = page.locator(`.population-node[data-name="${name}"]`);
+    await node.waitFor();
+    return node.getAttribute('data-id');
+  };
+  const rootId = await createPopulation({ name: 'hospital patients', epsilon: 1, children: 'shared' });
+  assert.match(rootId, /^[0-9a-f-]{36}$/);
+  const wardsId = await createPopulation({ name: 'wards', epsilon: 0.75, parent: rootId, children: 'disjoint' });
+  const tinyId = await createPopulation({ name: 'tiny', epsilon: 0.125, children: 'shared' });
+  const wards = (await api('GET', `/v1/populations/${wardsId}`, ADMIN)).body;
+  assert.deepEqual([wards.parent, wards.children, wards.budget.order], [rootId, 'disjoint', 2]);
+  // The tree nests wards under the root.
+  assert.equal(await page.locator(`.population-node[data-id="${rootId}"] .population-node[data-id="${wardsId}"]`).count(), 1);
+
+  const place = async (dataset, population) => {
+    await page.getByLabel('Dataset', { exact: true }).selectOption(dataset);
+    await page.getByLabel('Population', { exact: true }).selectOption(population);
+    await page.getByRole('button', { name: 'Place dataset' }).click();
+  };
+  // Ward A has spent 0.5: more than tiny's whole budget, so placing it there is refused.
+  await place(wardA, tinyId);
+  const refusedPlacement = page.locator('.problem');
+  await refusedPlacement.waitFor();
+  assert.equal(await refusedPlacement.getAttribute('data-status'), '409');
+  assert.equal(await refusedPlacement.getAttribute('data-type'), '/problems/population-budget-exhausted');
+  assert.match(await refusedPlacement.textContent(), /0\.125 left|0\.125 of 0\.125|of 0\.125/);
+  await place(wardA, wardsId);
+  await page.locator(`.population-node[data-id="${wardsId}"] .tree-dataset[data-id="${wardA}"]`).waitFor();
+  await place(wardB, wardsId);
+  await page.locator(`.population-node[data-id="${wardsId}"] .tree-dataset[data-id="${wardB}"]`).waitFor();
+  // Disjoint wards: the larger child's 0.5, not the sum; the root is charged what the wards were.
+  const figures = async (id) => page.locator(`.population-node[data-id="${id}"] > .node-card .node-figures`).textContent();
+  assert.match(await figures(wardsId), /^0\.5 of 0\.75 spent at λ = 2/);
+  assert.match(await figures(rootId), /^0\.5 of 1 spent at λ = 2/);
+  assert.match(await figures(tinyId), /^0 of 0\.125 spent/);
+  // The wards have the least left on both wards' paths: they bind, and say so in words.
+  const wardsNode = page.locator(`.population-node[data-id="${wardsId}"]`);
+  assert.match(await wardsNode.getAttribute('class'), /\bbinding\b/);
+  assert.match(await page.locator(`.population-node[data-id="${wardsId}"] > .node-card .binding-badge`).textContent(), /binding for 2 datasets/);
+  assert.doesNotMatch(await page.locator(`.population-node[data-id="${rootId}"]`).getAttribute('class'), /\bbinding\b/);
+  // Each node's spend over time, rebuilt from its datasets' releases and charges.
+  await page.locator(`.population-node[data-id="${wardsId}"] > .node-card summary`).click();
+  const wardsChart = page.locator(`.population-node[data-id="${wardsId}"] > .node-card svg.spend-chart`);
+  await wardsChart.waitFor();
+  // 0.5 as charged: rounded up on the ledger's 2⁻⁴⁰ grid.
+  assert.ok(Math.abs(Number(await wardsChart.getAttribute('data-spent')) - 0.5) < 1e-9);
+  assert.ok(Number(await wardsChart.getAttribute('data-points')) >= 1);
+  await page.locator(`.population-node[data-id="${rootId}"] > .node-card summary`).click();
+  await assertLabelled(page, 'populations with a tree');
+  await assertNoStrayText(page, 'populations');
+  await page.screenshot({ path: `${OUT}/populations.png`, fullPage: true });
+
+  // The dataset page shows its budget path, the binding node marked, and the external charge.
+  await page.locator(`.tree-dataset[data-id="${wardA}"] a`).click();
+  await page.getByRole('heading', { name: 'ward A' }).waitFor();
+  const pathNodes = page.locator('section.path-section li.path-node');
+  await pathNodes.first().waitFor();
+  assert.deepEqual(await pathNodes.evaluateAll((nodes) => nodes.map((n) => [n.dataset.id, n.dataset.binding])),
+    [[wardA, 'false'], [wardsId, 'true'], [rootId, 'false']]);
+  const externalRow = page.locator('table.releases tr[data-kind="external"]');
+  assert.match(await externalRow.textContent(), /model trained elsewhere.*rdp.*external charge/s);
+  await assertNoStrayText(page, 'a dataset in a population');
+  await page.locator('section.path-section').screenshot({ path: `${OUT}/budget-path.png` });
 
   step('every console response carried the security headers');
   assert.ok(consoleResponses.length >= 6, `only ${consoleResponses.length} console responses seen`);

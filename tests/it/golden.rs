@@ -41,6 +41,7 @@ fn dataset(order: f64, relation: &str) -> Dataset {
         spent: Units::ZERO,
         releases: 0,
         cells: None,
+        population: None,
     }
 }
 

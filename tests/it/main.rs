@@ -14,6 +14,7 @@ mod golden;
 mod hygiene;
 mod ledgerlog;
 mod openapi;
+mod populations;
 mod reliability;
 mod security;
 mod seeds;

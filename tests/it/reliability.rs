@@ -1899,3 +1899,115 @@ async fn allocation_race(
     assert_eq!(audit["checked"], created, "{audit}");
     race
 }
+
+/// Three replicas race releases on four datasets of one shared population whose cap is a
+/// quarter of what the datasets hold together: no node ever exceeds its total, exactly as many
+/// releases are admitted as the population holds, and the population's `spent` is exactly the
+/// sum of the costs of the releases committed under it (read back from the datasets' listings).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_racing_under_one_population_never_overspend_it() {
+    const COST: f64 = 0.0625;
+    const PER_DATASET: usize = 40;
+    let _serial = SERIAL.lock().await;
+    let database_url = crate::common::pg::fresh_database().await;
+    let logs = tempfile::tempdir().unwrap();
+    let replicas = start_replicas(3, &database_url, logs.path(), &[]);
+    let addresses: Vec<String> = replicas.iter().map(Replica::address).collect();
+    let client = reqwest::Client::new();
+    let admin = crate::common::app::ADMIN_TOKEN;
+    let post = |address: &str, path: &str, body: Value| {
+        client
+            .post(format!("{address}{path}"))
+            .bearer_auth(admin)
+            .json(&body)
+            .send()
+    };
+    // 1.0 at the population: 16 releases of 1/16, of the 4 × 40 sent; each dataset alone would
+    // admit all 40 of its own (2.5).
+    let population: Value = post(
+        &addresses[0],
+        "/v1/populations",
+        json!({"name": "everyone", "budget": {"order": 2.0, "epsilon": 1.0}}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let population = population["id"].as_str().unwrap().to_owned();
+    let mut datasets = Vec::new();
+    for i in 0..4 {
+        let d: Value = post(
+            &addresses[i % 3],
+            "/v1/datasets",
+            json!({"name": format!("part {i}"), "budget": {"order": 2.0, "epsilon": 2.5},
+                   "population": population}),
+        )
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        datasets.push(d["id"].as_str().unwrap().to_owned());
+    }
+    let mut tasks = Vec::new();
+    for n in 0..4 * PER_DATASET {
+        let address = addresses[n % 3].clone();
+        let dataset = datasets[n % 4].clone();
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            client
+                .post(format!("{address}/v1/datasets/{dataset}/releases"))
+                .bearer_auth(admin)
+                .json(&json!({"counts": [3, 1, 4, 1], "epsilon": COST}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }));
+    }
+    let mut created = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            StatusCode::CREATED => created += 1,
+            StatusCode::CONFLICT => {}
+            other => panic!("unexpected answer {other}"),
+        }
+    }
+    assert_eq!(created, 16, "exactly what the population holds");
+    let node: Value = client
+        .get(format!("{}/v1/populations/{population}", addresses[1]))
+        .bearer_auth(admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let spent = node["spent"].as_f64().unwrap();
+    assert!(spent <= 1.0, "{node}");
+    let mut committed = 0.0;
+    for d in &datasets {
+        let list: Value = client
+            .get(format!("{}/v1/datasets/{d}/releases?limit=100", addresses[2]))
+            .bearer_auth(admin)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        for item in list["items"].as_array().unwrap() {
+            committed += item["cost"]["epsilon"].as_f64().unwrap();
+        }
+    }
+    assert_eq!(committed, spent);
+    assert_eq!(spent, 16.0 * COST);
+    assert_eq!(
+        postgres_inconsistencies(&database_url).await,
+        Vec::<String>::new()
+    );
+    for r in &replicas {
+        assert_log_clean(r);
+    }
+}

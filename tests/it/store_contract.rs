@@ -112,6 +112,7 @@ fn new_dataset(name: &str, budget: f64) -> NewDataset {
         neighbouring: "replace_one".to_owned(),
         created_by: "admin-token".to_owned(),
         cells: None,
+        population: None,
     }
 }
 
@@ -143,6 +144,7 @@ fn new_release(dataset_id: Uuid, cost: Units, key: Option<&str>) -> NewRelease {
             key: key.to_owned(),
             fingerprint: fingerprint(key),
         }),
+        under_population: false,
     }
 }
 
@@ -3024,5 +3026,81 @@ async fn a_key_repeated_in_a_group_is_charged_once_without_rolling_back_postgres
         rollbacks_after_closing(&url, store.pool()).await,
         before,
         "a statement rolled back"
+    );
+}
+
+/// Releases on six datasets of one shared population, through one commit slot: the group
+/// statement admits them against the population's cap too. Exactly what the population holds is
+/// admitted (each dataset alone would admit more), its `spent` is exactly the sum of what its
+/// datasets were charged, every refusal names the population, every dataset's log verifies,
+/// and releases under the population did share transactions (`xmin`), or the test would prove
+/// nothing about groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_releases_under_a_population_postgres() {
+    const DATASETS: usize = 6;
+    const PER_DATASET: usize = 8;
+    let url = pg::fresh_database().await;
+    let store = one_slot(&url).await;
+    let charge = cost(0.125);
+    let population = store
+        .create_population(&NewPopulation {
+            id: Uuid::now_v7(),
+            name: DatasetName::new("everyone").unwrap(),
+            order: Order::new(8.0).unwrap(),
+            total: Units::floor(2.0).unwrap(),
+            dp_target: None,
+            parent: None,
+            children: Children::Shared,
+            created_by: "admin".into(),
+        })
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..DATASETS {
+        let d = NewDataset {
+            population: Some(population.id),
+            ..new_dataset(&format!("member {i}"), 1.0)
+        };
+        ids.push(store.create_dataset(&d).await.unwrap().id);
+    }
+    let mut tasks = Vec::new();
+    for _ in 0..PER_DATASET {
+        for id in &ids {
+            let store = Arc::clone(&store);
+            let new = NewRelease {
+                under_population: true,
+                ..new_release(*id, charge, None)
+            };
+            tasks.push(tokio::spawn(async move { store.commit_release(&new).await }));
+        }
+    }
+    let mut committed = 0;
+    for task in tasks {
+        match task.await.unwrap().expect("no commit fails") {
+            CommitOutcome::Committed { budget, .. } => {
+                assert!(budget.spent <= budget.total);
+                committed += 1;
+            }
+            CommitOutcome::PopulationExhausted { refusal, .. } => {
+                assert_eq!(refusal.id, population.id);
+                assert!(refusal.spent.checked_add(charge).unwrap() > refusal.total);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(committed, 16, "2.0 / 0.125 releases fit the population");
+    let node = store.get_population(population.id).await.unwrap().unwrap();
+    assert_eq!(node.spent.raw(), 16 * charge.raw());
+    let mut datasets_spent = 0;
+    for id in &ids {
+        let d = dataset(&*store, *id).await;
+        datasets_spent += d.spent.raw();
+        let verdict = verify_log(&*store, *id, 7).await;
+        assert_eq!((verdict.checked, verdict.failure), (d.releases, None));
+    }
+    assert_eq!(datasets_spent, node.spent.raw());
+    assert!(
+        transactions(&url, None).await < committed,
+        "no two releases under the population shared a transaction"
     );
 }

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import REPO, Server
+import pytest
+
+from .conftest import HERE, REPO, Server
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -96,3 +98,22 @@ def test_the_naive_bayes_example_runs_short(server: Server, tmp_path: Path) -> N
     # 3 references + 3 mechanisms × 3 ε, two metrics each.
     assert len(lines) == 1 + 2 * (3 + 9)
     assert "398 training and 171 test records" in done.stderr
+
+
+def test_the_client_readme_populations_block_runs(
+    server: Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("dp_accounting")
+    readme = (HERE.parent / "README.md").read_text()
+    start = readme.index("## Populations and external charges")
+    block = readme[readme.index("```python\n", start) + len("```python\n") :]
+    block = block[: block.index("```\n")]
+    monkeypatch.setenv("DIRICHLET_URL", server.base)
+    monkeypatch.setenv("DIRICHLET_TOKEN", server.admin)
+    exec(compile(block, "README.md (populations)", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("dataset visits, north ") and out[0].endswith("binding")
+    assert out[1].startswith("population patients by region ")
+    assert out[2].startswith("population hospital patients ")
+    assert out[3].startswith("PopulationBudget(order=2.0, total=1.5,")
+    assert out[4].startswith("True PopulationBudget(order=2.0, total=1.0,")

@@ -263,6 +263,61 @@ def test_allocation_exhausted_from_its_problem_document() -> None:
     assert error.idempotency_key == "key-1"
 
 
+def test_population_budget_exhausted_from_its_problem_document() -> None:
+    body = {
+        "type": "/problems/population-budget-exhausted",
+        "title": "Population budget exhausted",
+        "status": 409,
+        "detail": "the release would exceed the budget of population p1",
+        "population": "p1",
+        "budget": {"order": 2, "total": 1, "spent": 0.875, "remaining": 0.125},
+    }
+    response = httpx.Response(409, json=body, headers={"content-type": "application/problem+json"})
+    error = problem_error(response, None)
+    assert type(error) is dr.PopulationBudgetExhausted and isinstance(error, dr.BudgetExhausted)
+    assert error.population == "p1"
+    assert error.population_budget == dr.PopulationBudget(2.0, 1.0, 0.875, 0.125)
+    assert error.remaining == 0.125 and error.budget is None
+
+
+def test_external_records_and_budget_paths_are_read() -> None:
+    record: Dict[str, Any] = {
+        "kind": "external",
+        "id": "r1",
+        "dataset_id": "d1",
+        "seq": 3,
+        "created_at": "2026-11-28T07:00:00Z",
+        "created_by": "admin",
+        "label": "dp-sgd",
+        "mechanism": {
+            "mechanism": "composed",
+            "events": [{"mechanism": "gaussian", "sigma": 2.0, "sensitivity": 1.0, "count": 5}],
+            "kind": "external",
+        },
+        "cost": {"order": 2.0, "epsilon": 1.25},
+    }
+    listed = dr.Release.from_json(record)
+    assert listed.kind == "external" and listed.mechanism.kind == "composed"
+    assert listed.mechanism["events"][0]["count"] == 5 and listed.distribution is None
+    charge = dr.Charge.from_json(record, idempotency_key="k")
+    assert (charge.dataset_id, charge.seq, charge.kind) == ("d1", 3, "external")
+    assert charge.mechanism == {k: v for k, v in record["mechanism"].items() if k != "kind"}
+    node = {"kind": "dataset", "id": "d1", "name": "d", "total": 1, "spent": 0.5}
+    budget = dr.Budget.from_json(
+        {"order": 2, "total": 1, "spent": 0.5, "remaining": 0.5, "releases": 1, "binding": "p1"}
+        | {
+            "path": [
+                node | {"remaining": 0.5, "binding": False},
+                node | {"kind": "population", "id": "p1", "remaining": 0.25, "binding": True},
+            ]
+        }
+    )
+    assert budget.path is not None and [n.kind for n in budget.path] == ["dataset", "population"]
+    assert budget.binding == "p1" and budget.path[1].binding
+    with pytest.raises(dr.BadResponse):
+        dr.PathNode.from_json(node | {"remaining": 0.5, "binding": "yes"})
+
+
 def _planned_doc() -> Dict[str, Any]:
     forecast = {"l2": 0.02, "confidence": 0.95, "cell_sd": 0.01}
     return {

@@ -9,6 +9,7 @@
 //! (large outputs) or the pre-check would refuse. The output leaves the service only after the
 //! commit returned `Committed`.
 
+mod charges;
 mod idempotency;
 mod list;
 
@@ -57,6 +58,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(create, list::list))
         .routes(routes!(preview))
         .routes(routes!(list::show))
+        .routes(routes!(charges::create))
 }
 
 impl From<RequestError> for ApiError {
@@ -505,6 +507,7 @@ async fn create(
     // out, the commit still completes or rolls back as a whole (and a retry with the same
     // Idempotency-Key gets the stored release); it is never cut between "charged" and "stored".
     let task_state = state.clone();
+    let dataset_population = dataset.population.is_some();
     let created_by = caller.name();
     let kind = plan.kind().name();
     let asked = plan.charge;
@@ -541,6 +544,7 @@ async fn create(
                 label,
                 row_names,
                 idempotency,
+                under_population: dataset_population,
             };
             let fp = new.idempotency.as_ref().map(|i| i.fingerprint);
             Ok::<_, ApiError>((task_state.store.commit_release(&new).await?, fp))
@@ -589,6 +593,16 @@ async fn create(
                 .caches
                 .set_allocation_exhausted(id, &allocation.token_id, true);
             let e = allocation_exhausted(&allocation, &budget, asked);
+            state.metrics.refusal(&e);
+            Err(e)
+        }
+        CommitOutcome::PopulationExhausted { refusal, budget } => {
+            let e = super::populations::population_exhausted(
+                &refusal,
+                budget.order,
+                asked,
+                "the release",
+            );
             state.metrics.refusal(&e);
             Err(e)
         }

@@ -469,8 +469,20 @@ pub(super) fn decode(row: &PgRow) -> Result<Answer, StoreError> {
 /// The answer has a row per member, by `ord`: a committed member's budget is the ledger right
 /// after its own charge, as a release alone answers; `key_stored` marks a keyed member answered by
 /// the release already stored with its key (before, or by the group's first member with it).
-/// A further rule over several datasets (e.g. a budget cap shared by them) belongs with `fits`,
-/// read under a lock taken in `ledgers`' order.
+/// Populations (src/ledger/population.rs): `paths` walks each locked dataset's population chain
+/// in the snapshot, and `nodes` locks those rows after the datasets', by id, skipping rows held
+/// elsewhere. A dataset is `pathed` when it has no population, or when every node of its chain
+/// was locked, still has the parent the snapshot showed (the chain did not move), and is
+/// `shared`; the members of other datasets are not attempted and commit alone, in the
+/// transaction that charges the nodes exactly (src/store/postgres/tree.rs). Under a shared node
+/// the node's increase is the sum of the costs admitted below it, so `node_sums` adds, per node
+/// and in `ord` order, the costs of every candidate below it — an upper bound of what the group
+/// will charge it, since some of those may not be admitted — and a member is `pop_fits` when
+/// every node of its chain stays within its total so. A member that is not `pop_fits` stops its
+/// dataset's prefix like a refusal, but is not refused: it and those after it commit alone, where
+/// the exact rule decides. `pop_charged` adds each node's share of the admitted costs. No node
+/// is ever charged past its total: the admitted costs under it are at most the bound checked,
+/// and the table's CHECK would roll the whole group back (every member then commits alone).
 const COMMIT_GROUP: &str = "\
 WITH RECURSIVE input AS MATERIALIZED (
     SELECT * FROM unnest($1::uuid[], $2::int8[], $3::uuid[], $4::text[], $5::text[], $6::bytea[],
@@ -493,11 +505,32 @@ WITH RECURSIVE input AS MATERIALIZED (
                                            WHERE t.token_id = td.token_id
                                              AND t.dataset_id = td.dataset_id))
 ), ledgers AS MATERIALIZED (
-    SELECT d.id, d.spent_units, d.total_units, d.stored_cells, d.release_count, d.chain_head
+    SELECT d.id, d.spent_units, d.total_units, d.stored_cells, d.release_count, d.chain_head,
+           d.population_id
       FROM datasets d
      WHERE d.id IN (SELECT dataset_id FROM ready)
      ORDER BY d.id
        FOR UPDATE OF d SKIP LOCKED
+), paths AS MATERIALIZED (
+    SELECT l.id AS dataset_id, p.id AS node_id, p.parent_id, 1 AS depth
+      FROM ledgers l JOIN populations p ON p.id = l.population_id
+    UNION ALL
+    SELECT paths.dataset_id, p.id, p.parent_id, paths.depth + 1
+      FROM paths JOIN populations p ON p.id = paths.parent_id
+     WHERE paths.depth <= 33
+), nodes AS MATERIALIZED (
+    SELECT p.id, p.spent_units, p.total_units, p.children, p.parent_id
+      FROM populations p
+     WHERE p.id IN (SELECT node_id FROM paths)
+     ORDER BY p.id
+       FOR UPDATE OF p SKIP LOCKED
+), pathed AS MATERIALIZED (
+    SELECT l.id FROM ledgers l
+     WHERE l.population_id IS NULL
+        OR NOT EXISTS (SELECT 1 FROM paths pa LEFT JOIN nodes n ON n.id = pa.node_id
+                        WHERE pa.dataset_id = l.id
+                          AND (n.id IS NULL OR n.children <> 'shared'
+                               OR n.parent_id IS DISTINCT FROM pa.parent_id))
 ), keys AS MATERIALIZED (
     SELECT r.ord, r.release_id,
            (SELECT true FROM releases s
@@ -511,6 +544,12 @@ WITH RECURSIVE input AS MATERIALIZED (
 ), candidates AS (
     SELECT r.* FROM ready r LEFT JOIN keys k ON k.ord = r.ord
      WHERE k.ord IS NULL OR (k.fresh AND NOT k.stored AND k.first = k.release_id)
+), node_sums AS MATERIALIZED (
+    SELECT c.ord,
+           n.spent_units + sum(c.cost) OVER (PARTITION BY n.id ORDER BY c.ord) <= n.total_units
+               AS fits
+      FROM candidates c JOIN pathed ON pathed.id = c.dataset_id
+      JOIN paths pa ON pa.dataset_id = c.dataset_id JOIN nodes n ON n.id = pa.node_id
 ), attempted AS MATERIALIZED (
     SELECT r.*, l.release_count AS base_count, l.chain_head AS base_head,
            (l.spent_units + sum(r.cost) OVER per_dataset)::int8 AS spent_after,
@@ -518,29 +557,31 @@ WITH RECURSIVE input AS MATERIALIZED (
            (tokens.spent_units + sum(r.cost) OVER per_token - r.cost)::int8
                AS allocation_spent_units,
            row_number() OVER per_dataset AS rank,
+           NOT EXISTS (SELECT 1 FROM node_sums s WHERE s.ord = r.ord AND NOT s.fits) AS pop_fits,
            l.spent_units + sum(r.cost) OVER per_dataset <= l.total_units
            AND l.stored_cells + sum(r.dimension) OVER per_dataset <= $13
            AND (tokens.allocation_units IS NULL
                 OR tokens.spent_units + sum(r.cost) OVER per_token <= tokens.allocation_units)
                AS fits
-      FROM candidates r JOIN ledgers l ON l.id = r.dataset_id
+      FROM candidates r JOIN ledgers l ON l.id = r.dataset_id AND l.id IN (SELECT id FROM pathed)
       LEFT JOIN tokens ON tokens.token_id = r.created_by AND tokens.dataset_id = r.dataset_id
     WINDOW per_dataset AS (PARTITION BY r.dataset_id ORDER BY r.ord),
            per_token AS (PARTITION BY r.dataset_id, r.created_by ORDER BY r.ord)
 ), judged AS MATERIALIZED (
-    SELECT a.*, min(a.rank) FILTER (WHERE NOT a.fits) OVER (PARTITION BY a.dataset_id) AS stop
+    SELECT a.*, min(a.rank) FILTER (WHERE NOT (a.fits AND a.pop_fits))
+                    OVER (PARTITION BY a.dataset_id) AS stop
       FROM attempted a
 ), chain AS (
     SELECT j.dataset_id, j.rank, j.base_count + 1 AS seq,
            sha256(j.link_prefix || int8send(j.base_count + 1) || j.base_head
                   || int8send((EXTRACT(EPOCH FROM now()) * 1000000)::bigint) || j.link_suffix) AS head
-      FROM judged j WHERE j.rank = 1 AND j.fits
+      FROM judged j WHERE j.rank = 1 AND j.fits AND j.pop_fits
     UNION ALL
     SELECT j.dataset_id, j.rank, j.base_count + j.rank,
            sha256(j.link_prefix || int8send(j.base_count + j.rank) || c.head
                   || int8send((EXTRACT(EPOCH FROM now()) * 1000000)::bigint) || j.link_suffix)
       FROM chain c JOIN judged j ON j.dataset_id = c.dataset_id AND j.rank = c.rank + 1
-     WHERE j.fits AND (j.stop IS NULL OR j.rank < j.stop)
+     WHERE j.fits AND j.pop_fits AND (j.stop IS NULL OR j.rank < j.stop)
 ), admitted AS MATERIALIZED (
     SELECT j.*, c.seq, c.head FROM judged j JOIN chain c USING (dataset_id, rank)
 ), charged AS (
@@ -560,6 +601,13 @@ WITH RECURSIVE input AS MATERIALIZED (
               FROM admitted a JOIN charged c ON c.id = a.dataset_id
              GROUP BY a.created_by, a.dataset_id) s
      WHERE td.token_id = s.created_by AND td.dataset_id = s.dataset_id
+), pop_charged AS (
+    UPDATE populations p SET spent_units = p.spent_units + s.cost
+      FROM (SELECT pa.node_id, sum(a.cost)::int8 AS cost
+              FROM admitted a JOIN charged c ON c.id = a.dataset_id
+              JOIN paths pa ON pa.dataset_id = a.dataset_id
+             GROUP BY pa.node_id) s
+     WHERE p.id = s.node_id
 ), recorded AS (
     INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units,
                           distribution, dimension, idempotency_key, fingerprint, table_rows,
@@ -572,7 +620,8 @@ WITH RECURSIVE input AS MATERIALIZED (
 )
 SELECT input.ord,
        (r.id IS NOT NULL OR k.stored OR f.id IS NOT NULL
-        OR (j.rank = j.stop AND (j.stop = 1 OR c.id IS NOT NULL))) IS TRUE AS attempted,
+        OR (j.rank = j.stop AND NOT j.fits AND (j.stop = 1 OR c.id IS NOT NULL))) IS TRUE
+           AS attempted,
        (k.stored OR f.id IS NOT NULL) IS TRUE AS key_stored,
        c.budget_order, c.total_units, r.spent_after_units AS spent_units, r.seq AS release_count,
        c.dp_epsilon, c.dp_delta, r.seq, r.created_at,

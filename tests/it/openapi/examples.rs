@@ -63,6 +63,7 @@ fn dataset(relation: Sensitivity) -> Dataset {
         spent: Units::ZERO,
         releases: 0,
         cells: None,
+        population: None,
     }
 }
 

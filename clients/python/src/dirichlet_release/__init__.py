@@ -6,7 +6,8 @@ every problem+json answer is raised as a typed `ProblemError`. Counts may be lis
 or pandas objects, and come back with their labels. `mechanisms` lists the mechanisms the
 service runs, their fields and what each supports, as the service describes them. `plan` tells,
 from public figures only, which mechanism and ε reach an accuracy target and what they cost,
-before anything is spent.
+before anything is spent. Populations share a budget among datasets (and populations), and
+`record_charge` and `record_dp_event` put privacy spent elsewhere on a dataset's ledger.
 """
 
 from ._client import AsyncClient, Client
@@ -30,6 +31,7 @@ from ._exceptions import (
     NoGuarantee,
     NotFound,
     OutputQuotaExceeded,
+    PopulationBudgetExhausted,
     ProblemError,
     ServerError,
     ServiceUnavailable,
@@ -42,10 +44,14 @@ from ._models import (
     Allocations,
     Budget,
     BudgetSpec,
+    Charge,
     Cost,
     Dataset,
     DpView,
     Mechanism,
+    PathNode,
+    Population,
+    PopulationBudget,
     Preview,
     Release,
     Sensitivity,
@@ -81,6 +87,7 @@ __all__ = [
     "BudgetSpec",
     "CalibrationInfeasible",
     "CellsMismatch",
+    "Charge",
     "Client",
     "CommitOutcomeUnknown",
     "Conflict",
@@ -100,11 +107,15 @@ __all__ = [
     "NoGuarantee",
     "NotFound",
     "OutputQuotaExceeded",
+    "PathNode",
     "Plan",
     "PlanCandidate",
     "PlanItem",
     "PlanParameters",
     "PlannedItem",
+    "Population",
+    "PopulationBudget",
+    "PopulationBudgetExhausted",
     "Preview",
     "ProblemError",
     "Release",

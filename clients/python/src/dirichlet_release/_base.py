@@ -28,6 +28,7 @@ from ._counts import (
     shape_forecasts,
     to_jsonable,
 )
+from ._dp_events import dp_event_charge
 from ._exceptions import (
     APIConnectionError,
     APITimeoutError,
@@ -41,7 +42,11 @@ from ._models import (
     Allocation,
     Allocations,
     Budget,
+    BudgetSpec,
+    Charge,
     Dataset,
+    Population,
+    PopulationBudget,
     Preview,
     Release,
     Sensitivity,
@@ -106,6 +111,21 @@ def _object(response: httpx.Response) -> Dict[str, Any]:
 
 def _segment(value: str) -> str:
     return quote(str(value), safe="")
+
+
+def _budget_request(budget: Union[BudgetSpec, Mapping[str, float]]) -> Dict[str, float]:
+    """A population's budget for the request: a `BudgetSpec`, or a dict sent as it is."""
+    if isinstance(budget, BudgetSpec):
+        out: Dict[str, float] = {"epsilon": budget.epsilon, "order": budget.order}
+        if budget.delta is not None:
+            out["delta"] = budget.delta
+        return out
+    if not isinstance(budget, Mapping):
+        raise TypeError(
+            'budget must be a dict such as {"epsilon": 1.0, "order": 2} '
+            '(or {"epsilon": …, "delta": …}), or a BudgetSpec'
+        )
+    return dict(budget)
 
 
 def _cell_names(cells: Any) -> List[str]:
@@ -310,6 +330,7 @@ class BaseClient:
         neighbouring: Optional[str],
         sensitivity: Union[Sensitivity, Mapping[str, float], None],
         cells: Optional[Any],
+        population: Optional[str] = None,
     ) -> Call[Dataset]:
         budget: Dict[str, Any] = {"epsilon": epsilon}
         if order is not None:
@@ -325,6 +346,8 @@ class BaseClient:
             )
         if cells is not None:
             body["cells"] = _cell_names(cells)
+        if population is not None:
+            body["population"] = str(population)
         return Call(
             "POST",
             "/v1/datasets",
@@ -553,6 +576,121 @@ class BaseClient:
             lambda r: Plan.from_json(_object(r), sent=sent, mechanisms=mechanisms),
             body=_encode({"items": sent}),
         )
+
+    # ------------------------------------------------------------------ populations
+
+    def _create_population(
+        self,
+        name: str,
+        budget: Union[BudgetSpec, Mapping[str, float]],
+        parent: Optional[str],
+        children: str,
+    ) -> Call[Population]:
+        if children not in ("shared", "disjoint"):
+            raise ValueError('children must be "shared" or "disjoint"')
+        body: Dict[str, Any] = {"name": name, "budget": _budget_request(budget)}
+        if parent is not None:
+            body["parent"] = str(parent)
+        body["children"] = children
+        return Call(
+            "POST",
+            "/v1/populations",
+            lambda r: Population.from_json(_object(r)),
+            body=_encode(body),
+            resend=False,
+        )
+
+    def _list_populations(self) -> Call[List[Population]]:
+        def parse(response: httpx.Response) -> List[Population]:
+            doc = _object(response)
+            items = doc.get("populations", doc.get("items"))
+            if not isinstance(items, list):
+                raise BadResponse("populations: the service's answer has no `populations` list")
+            return [Population.from_json(p) for p in items]
+
+        return Call("GET", "/v1/populations", parse)
+
+    def _get_population(self, population_id: str) -> Call[Population]:
+        return Call(
+            "GET",
+            f"/v1/populations/{_segment(population_id)}",
+            lambda r: Population.from_json(_object(r)),
+        )
+
+    def _population_budget(self, population_id: str) -> Call[PopulationBudget]:
+        return Call(
+            "GET",
+            f"/v1/populations/{_segment(population_id)}/budget",
+            lambda r: PopulationBudget.from_json(_object(r)),
+        )
+
+    def _set_dataset_population(
+        self, dataset_id: str, population_id: Optional[str]
+    ) -> Call[Dataset]:
+        # Not resent after a lost answer: an attach charges the dataset's spend to the new path,
+        # and whether a second one would is the service's to say, not the client's to assume.
+        return Call(
+            "PUT",
+            f"/v1/datasets/{_segment(dataset_id)}/population",
+            self._read_dataset,
+            body=_encode({"population": None if population_id is None else str(population_id)}),
+            resend=False,
+        )
+
+    def _move_population(self, population_id: str, parent: Optional[str]) -> Call[Population]:
+        # Not resent after a lost answer, for the same reason as an attach: a move charges the
+        # subtree's spend to the new ancestors.
+        return Call(
+            "PUT",
+            f"/v1/populations/{_segment(population_id)}/parent",
+            lambda r: Population.from_json(_object(r)),
+            body=_encode({"parent": None if parent is None else str(parent)}),
+            resend=False,
+        )
+
+    def _record_charge(
+        self,
+        dataset_id: str,
+        charge: Mapping[str, Any],
+        label: Optional[str],
+        idempotency_key: Optional[str],
+    ) -> Call[Charge]:
+        body: Dict[str, Any] = {}
+        for name, value in charge.items():
+            if value is not None:
+                body[name] = value if name == "events" else to_jsonable(value, name)
+        if label is not None:
+            body["label"] = label
+        key = idempotency_key if idempotency_key is not None else str(uuid.uuid4())
+
+        def parse(response: httpx.Response) -> Charge:
+            return Charge.from_json(
+                _object(response),
+                replayed=response.headers.get("idempotent-replayed", "").lower() == "true",
+                idempotency_key=key,
+            )
+
+        # Sent under an Idempotency-Key like a release, so a retry never charges twice.
+        return Call(
+            "POST",
+            f"/v1/datasets/{_segment(dataset_id)}/charges",
+            parse,
+            body=_encode(body),
+            headers={"Idempotency-Key": key},
+            idempotency_key=key,
+        )
+
+    @staticmethod
+    def _charge_body(mechanism: str, params: Mapping[str, Any]) -> Dict[str, Any]:
+        if not isinstance(mechanism, str):
+            raise TypeError("mechanism must be a string such as 'gaussian'")
+        body: Dict[str, Any] = {"mechanism": mechanism}
+        body.update(params)
+        return body
+
+    @staticmethod
+    def _dp_event_body(event: Any) -> Dict[str, Any]:
+        return dp_event_charge(event)
 
     def _whoami(self) -> Call[WhoAmI]:
         return Call("GET", "/v1/whoami", lambda r: WhoAmI.from_json(_object(r)))

@@ -36,7 +36,11 @@ from ._models import (
     Allocation,
     Allocations,
     Budget,
+    BudgetSpec,
+    Charge,
     Dataset,
+    Population,
+    PopulationBudget,
     Preview,
     Release,
     Sensitivity,
@@ -156,6 +160,7 @@ class Client(BaseClient):
         neighbouring: Optional[str] = None,
         sensitivity: Union[Sensitivity, Mapping[str, float], None] = None,
         cells: Optional[Iterable[str]] = None,
+        population: Optional[str] = None,
     ) -> Dataset:
         """Register a dataset and its privacy budget (admin only).
 
@@ -173,6 +178,11 @@ class Client(BaseClient):
         names) trimmed and in Unicode NFC, and refuses blank ones and ones holding control or
         invisible format characters (`InvalidRequest`); pandas labels are matched to the cells
         in that form.
+
+        `population` (a population's id) puts the dataset in that population from the start:
+        its releases are then charged to the population and its ancestors too. The
+        population's order must be the dataset's (`InvalidRequest` otherwise, and for an
+        unknown population).
         """
         return self._run(
             self._create_dataset(
@@ -183,6 +193,7 @@ class Client(BaseClient):
                 neighbouring=neighbouring,
                 sensitivity=sensitivity,
                 cells=cells,
+                population=population,
             )
         )
 
@@ -378,6 +389,135 @@ class Client(BaseClient):
             return self._run(self._list_mechanisms())
         return self._mechanisms
 
+    # ------------------------------------------------------------------ populations
+
+    def create_population(
+        self,
+        name: str,
+        budget: Union[BudgetSpec, Mapping[str, float]],
+        parent: Optional[str] = None,
+        children: str = "shared",
+    ) -> Population:
+        """Create a population: a budget shared by the datasets and populations under it (admin).
+
+        Args:
+            name: its name (the same rules as a dataset's: trimmed, NFC, 1 to 200 characters).
+            budget: ``{"epsilon": ε, "order": λ₀}`` (RDP at λ₀), ``{"epsilon": ε, "delta": δ}``
+                (an (ε, δ) target, converted at ``"order"`` when given), or a `BudgetSpec`.
+            parent: the enclosing population's id; None makes a root. The order must be the
+                parent's.
+            children: ``"shared"`` (its children may hold the same people: their charges add
+                up here) or ``"disjoint"`` (each person is in at most one child: only the
+                largest child's charge counts here, by parallel composition).
+
+        Raises:
+            InvalidRequest: a bad name or budget, an unknown parent, or an order that is not
+                the parent's.
+
+        """
+        return self._run(self._create_population(name, budget, parent, children))
+
+    def list_populations(self) -> List[Population]:
+        """Every population (admin)."""
+        return self._run(self._list_populations())
+
+    def get_population(self, population_id: str) -> Population:
+        """One population (`NotFound` if there is none with that id)."""
+        return self._run(self._get_population(population_id))
+
+    def population_budget(self, population_id: str) -> PopulationBudget:
+        """A population's ledger now, and its path (itself, then its ancestors to the root)."""
+        return self._run(self._population_budget(population_id))
+
+    def set_dataset_population(self, dataset_id: str, population_id: Optional[str]) -> Dataset:
+        """Put a dataset in a population, move it to another, or take it out (None) (admin).
+
+        Attaching charges what the dataset has spent so far to every population on the new
+        path, so it is admitted only if that fits each (`PopulationBudgetExhausted`
+        otherwise). Moving or detaching never gives budget back to the old path. The
+        population's order must be the dataset's (`InvalidRequest`). A lost answer is not
+        resent (`APIConnectionError`): read the dataset to see whether it was attached.
+        """
+        return self._run(self._set_dataset_population(dataset_id, population_id))
+
+    def move_population(self, population_id: str, parent: Optional[str]) -> Population:
+        """Move a population under another (`parent`), or make it a root (None) (admin).
+
+        Admitted only if what was spent under it fits every new ancestor (then charged to
+        them; `PopulationBudgetExhausted` otherwise); the old ancestors keep what they were
+        charged. A parent that is the population itself or under it is `InvalidRequest`, as
+        is a parent of another order. A lost answer is not resent.
+        """
+        return self._run(self._move_population(population_id, parent))
+
+    # ------------------------------------------------------------------ external charges
+
+    def record_charge(
+        self,
+        dataset_id: str,
+        mechanism: str,
+        *,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        **params: Any,
+    ) -> Charge:
+        """Record privacy spent outside the service on the dataset's ledger (an external charge).
+
+        The service prices the description at the ledger order and charges it like a release
+        (to the dataset, the calling analyst's allocation and every population on the dataset's
+        path), with no output. `mechanism` and its `params`:
+
+        - ``"gaussian"``: ``sigma``, ``sensitivity`` (ℓ2); costs λΔ²/(2σ²).
+        - ``"laplace"``: ``scale``, ``sensitivity`` (ℓ1); the exact Rényi DP of Laplace noise.
+        - ``"pure"``: ``epsilon`` (pure ε-DP).
+        - ``"zcdp"``: ``rho`` (ρ-zCDP); costs λρ.
+        - ``"rdp"``: ``epsilon``, RDP at the ledger order, as given.
+        - ``"composed"``: ``events``, a list of the above (as dicts with ``"mechanism"``).
+
+        Each but ``"composed"`` takes ``count`` (applied that many times; default 1).
+
+        Args:
+            dataset_id: the dataset to charge.
+            mechanism: the mechanism's name, as above.
+            label: free text stored with the charge.
+            idempotency_key: the retry handle; a fresh UUID when None. A retry sends the same
+                key and body, and the service charges at most once (``replayed`` is then True).
+            **params: the mechanism's parameters, as above.
+
+        Raises:
+            BudgetExhausted: it would overspend the dataset (or, as `AllocationExhausted`, the
+                caller's allocation; as `PopulationBudgetExhausted`, a population on the path);
+                nothing charged.
+            InvalidRequest: an unknown mechanism, or a parameter that is missing, negative or
+                not finite.
+
+        """
+        body = self._charge_body(mechanism, params)
+        return self._run(self._record_charge(dataset_id, body, label, idempotency_key))
+
+    def record_dp_event(
+        self,
+        dataset_id: str,
+        event: Any,
+        *,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Charge:
+        """Record a Google `dp_accounting` `DpEvent` as an external charge (see `record_charge`).
+
+        ``GaussianDpEvent``, ``LaplaceDpEvent``, ``ZCDpEvent`` (ξ = 0) and their
+        ``SelfComposedDpEvent`` and ``ComposedDpEvent`` compositions, nested, are read (by
+        class name and attributes: `dp_accounting` need not be installed for the client).
+        The noise multipliers are noise over sensitivity, sent with sensitivity 1.
+
+        Raises:
+            ValueError: an event of another type (it is named), or one costing nothing;
+                nothing is sent.
+
+        """
+        body = self._dp_event_body(event)
+        return self._run(self._record_charge(dataset_id, body, label, idempotency_key))
+
     def whoami(self) -> WhoAmI:
         """The presented token's role (and an analyst token's id and datasets)."""
         return self._run(self._whoami())
@@ -471,6 +611,7 @@ class AsyncClient(BaseClient):
         neighbouring: Optional[str] = None,
         sensitivity: Union[Sensitivity, Mapping[str, float], None] = None,
         cells: Optional[Iterable[str]] = None,
+        population: Optional[str] = None,
     ) -> Dataset:
         """Register a dataset and its privacy budget (admin only); see `Client.create_dataset`."""
         return await self._run(
@@ -482,6 +623,7 @@ class AsyncClient(BaseClient):
                 neighbouring=neighbouring,
                 sensitivity=sensitivity,
                 cells=cells,
+                population=population,
             )
         )
 
@@ -593,6 +735,63 @@ class AsyncClient(BaseClient):
         if self._mechanisms is None:
             return await self._run(self._list_mechanisms())
         return self._mechanisms
+
+    async def create_population(
+        self,
+        name: str,
+        budget: Union[BudgetSpec, Mapping[str, float]],
+        parent: Optional[str] = None,
+        children: str = "shared",
+    ) -> Population:
+        """Create a population (admin only); see `Client.create_population`."""
+        return await self._run(self._create_population(name, budget, parent, children))
+
+    async def list_populations(self) -> List[Population]:
+        """Every population (admin)."""
+        return await self._run(self._list_populations())
+
+    async def get_population(self, population_id: str) -> Population:
+        """One population (`NotFound` if there is none with that id)."""
+        return await self._run(self._get_population(population_id))
+
+    async def population_budget(self, population_id: str) -> PopulationBudget:
+        """A population's ledger now and its path; see `Client.population_budget`."""
+        return await self._run(self._population_budget(population_id))
+
+    async def set_dataset_population(
+        self, dataset_id: str, population_id: Optional[str]
+    ) -> Dataset:
+        """Attach, move or detach a dataset (admin); see `Client.set_dataset_population`."""
+        return await self._run(self._set_dataset_population(dataset_id, population_id))
+
+    async def move_population(self, population_id: str, parent: Optional[str]) -> Population:
+        """Move a population (admin only); see `Client.move_population`."""
+        return await self._run(self._move_population(population_id, parent))
+
+    async def record_charge(
+        self,
+        dataset_id: str,
+        mechanism: str,
+        *,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+        **params: Any,
+    ) -> Charge:
+        """Record an external charge on the dataset's ledger; see `Client.record_charge`."""
+        body = self._charge_body(mechanism, params)
+        return await self._run(self._record_charge(dataset_id, body, label, idempotency_key))
+
+    async def record_dp_event(
+        self,
+        dataset_id: str,
+        event: Any,
+        *,
+        label: Optional[str] = None,
+        idempotency_key: Optional[str] = None,
+    ) -> Charge:
+        """Record a `dp_accounting` event as an external charge; see `Client.record_dp_event`."""
+        body = self._dp_event_body(event)
+        return await self._run(self._record_charge(dataset_id, body, label, idempotency_key))
 
     async def whoami(self) -> WhoAmI:
         """The presented token's role (and an analyst token's id and datasets)."""

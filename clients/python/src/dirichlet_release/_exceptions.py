@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type
 
 if TYPE_CHECKING:
-    from ._models import Allocation, Budget
+    from ._models import Allocation, Budget, PopulationBudget
 
 __all__ = [
     "APIConnectionError",
@@ -32,6 +32,7 @@ __all__ = [
     "NoGuarantee",
     "NotFound",
     "OutputQuotaExceeded",
+    "PopulationBudgetExhausted",
     "ProblemError",
     "ServerError",
     "ServiceUnavailable",
@@ -170,7 +171,8 @@ class NotFound(ProblemError):
 class Conflict(ProblemError):
     """The request conflicts with what the service holds; nothing was charged or drawn.
 
-    Raised as one of its subclasses: `BudgetExhausted` (and its `AllocationExhausted`),
+    Raised as one of its subclasses: `BudgetExhausted` (and its `AllocationExhausted` and
+    `PopulationBudgetExhausted`),
     `OutputQuotaExceeded` (all 409) or `IdempotencyKeyReused` (422).
     """
 
@@ -225,6 +227,47 @@ class AllocationExhausted(BudgetExhausted):
         """The allocation's remaining amount at the ledger order, from the problem body."""
         allocation = self.allocation
         return allocation.remaining if allocation is not None else None
+
+
+class PopulationBudgetExhausted(BudgetExhausted):
+    """409 ``population-budget-exhausted``: a population on the dataset's path would overspend.
+
+    The dataset is in a population (`set_dataset_population`), and the release or charge fits
+    the dataset's own budget but not that of a population on its path (the dataset's
+    population or one of its ancestors); or an attach or a move would put spend under a
+    population that cannot hold it. Nothing was charged and nothing was drawn.
+
+    A subclass of `BudgetExhausted`: ``except BudgetExhausted`` catches it too, and there
+    `remaining` is the refusing population's remaining, the limit that refused. `population` is
+    that population's id and `population_budget` its ledger (`order`, `total`, `spent`,
+    `remaining`) as the refusing commit read it. `budget` is None: the problem's ``budget``
+    member is the population's ledger, not a dataset's (read it as `population_budget`).
+    """
+
+    @property
+    def population(self) -> Optional[str]:
+        """The id of the population that refused (None if the body had none)."""
+        raw = self.body.get("population")
+        return str(raw) if raw is not None else None
+
+    @property
+    def population_budget(self) -> Optional[PopulationBudget]:
+        """The refusing population's ledger, from the problem's ``budget`` member."""
+        from ._models import PopulationBudget
+
+        raw = self.body.get("budget")
+        return PopulationBudget.from_json(raw) if isinstance(raw, dict) else None
+
+    @property
+    def budget(self) -> Optional[Budget]:
+        """None: the ``budget`` member is a population's ledger, see `population_budget`."""
+        return None
+
+    @property
+    def remaining(self) -> Optional[float]:
+        """The refusing population's remaining budget at the ledger order."""
+        budget = self.population_budget
+        return budget.remaining if budget is not None else None
 
 
 class OutputQuotaExceeded(Conflict):
@@ -294,6 +337,7 @@ _BY_TYPE: Dict[str, Type[ProblemError]] = {
     "not-found": NotFound,
     "budget-exhausted": BudgetExhausted,
     "allocation-exhausted": AllocationExhausted,
+    "population-budget-exhausted": PopulationBudgetExhausted,
     "output-quota-exceeded": OutputQuotaExceeded,
     "idempotency-key-reused": IdempotencyKeyReused,
     "service-unavailable": ServiceUnavailable,

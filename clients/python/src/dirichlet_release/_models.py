@@ -22,10 +22,14 @@ __all__ = [
     "Allocations",
     "Budget",
     "BudgetSpec",
+    "Charge",
     "Cost",
     "Dataset",
     "DpView",
     "Mechanism",
+    "PathNode",
+    "Population",
+    "PopulationBudget",
     "Preview",
     "Release",
     "Sensitivity",
@@ -79,6 +83,16 @@ def parse_time(value: Any) -> datetime:
 
 def _opt_time(value: Any) -> Optional[datetime]:
     return None if value is None else parse_time(value)
+
+
+def _opt_id(value: Any) -> Optional[str]:
+    return None if value is None else str(value)
+
+
+def _path(value: Any) -> List[PathNode]:
+    if not isinstance(value, list):
+        raise BadResponse(f"budget path: expected a list, got {type(value).__name__}")
+    return [PathNode.from_json(node) for node in value]
 
 
 def _names(value: Any, what: str) -> Optional[List[str]]:
@@ -194,6 +208,12 @@ class Budget:
     `allocation` is the calling analyst's own allocation on the dataset, when the admin set one
     (None for the admin and for an analyst without one): the analyst's releases must fit both
     it and `remaining`.
+
+    `path` is the budget path: the dataset itself first, then the population it is in and that
+    population's ancestors up to the root (`PathNode`s; a dataset in no population has only
+    itself). A release must fit every node on it; `binding` is the id of the node with the
+    least remaining, the one that limits the next release. None from a service without
+    populations.
     """
 
     order: float
@@ -203,6 +223,8 @@ class Budget:
     releases: int
     dp: Optional[DpView] = None
     allocation: Optional[Allocation] = None
+    path: Optional[List[PathNode]] = None
+    binding: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -210,6 +232,8 @@ class Budget:
         """Read the service's JSON."""
         dp = doc.get("dp")
         allocation = doc.get("allocation")
+        path = doc.get("path")
+        binding = doc.get("binding")
         return cls(
             order=_float(_get(doc, "order", "budget")),
             total=_float(_get(doc, "total", "budget")),
@@ -218,6 +242,8 @@ class Budget:
             releases=int(_get(doc, "releases", "budget")),
             dp=DpView.from_json(dp) if isinstance(dp, dict) else None,
             allocation=Allocation.from_json(allocation) if isinstance(allocation, dict) else None,
+            path=_path(path) if path is not None else None,
+            binding=str(binding) if binding is not None else None,
             raw=dict(doc),
         )
 
@@ -271,7 +297,8 @@ class Dataset:
     """A registered dataset: its name, neighbouring relation, budget and what it has spent.
 
     `cells` are the public names of its cells, when it was registered with them (every release
-    then has that many cells, in that order); None otherwise.
+    then has that many cells, in that order); None otherwise. `population` is the id of the
+    population it is in (its releases are charged to it and its ancestors too), or None.
     """
 
     id: str
@@ -283,6 +310,7 @@ class Dataset:
     releases: int
     created_at: datetime
     cells: Optional[List[str]] = None
+    population: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -298,6 +326,7 @@ class Dataset:
             releases=int(_get(doc, "releases", "dataset")),
             created_at=parse_time(_get(doc, "created_at", "dataset")),
             cells=_names(doc.get("cells"), "dataset cells"),
+            population=_opt_id(doc.get("population")),
             raw=dict(doc),
         )
 
@@ -334,9 +363,17 @@ class Mechanism:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Mechanism:
         """Read the service's JSON."""
-        rest = {k: v for k, v in doc.items() if k not in ("kind", "pricing")}
+        # An external charge's record is its description with `kind: external`: the mechanism
+        # it names ("gaussian", "composed", …) is its kind here.
+        external = doc.get("kind") == "external" and "mechanism" in doc
+        key = "mechanism" if external else "kind"
+        rest = {
+            k: v
+            for k, v in doc.items()
+            if k not in ("kind", "mechanism" if external else "", "pricing")
+        }
         return cls(
-            kind=str(_get(doc, "kind", "mechanism")),
+            kind=str(_get(doc, key, "mechanism")),
             pricing=str(doc.get("pricing", "")),
             parameters=rest,
         )
@@ -367,6 +404,11 @@ class Release:
     replay); None on a stored release read back with `get_release` or `releases`. `replayed` is
     True when the service answered a retry with the stored release (no new charge), and
     `idempotency_key` is the key the release was sent with (None on stored releases).
+
+    `kind` is ``"release"``, or ``"external"`` for a charge recorded with `record_charge` or
+    `record_dp_event` as the listing returns it: no output (`distribution` and `distributions`
+    are None), its `mechanism` is the charge's description (``mechanism.kind`` is
+    ``"gaussian"``, ``"composed"``, …) and its `cost` what the ledger was charged.
     """
 
     id: str
@@ -376,6 +418,7 @@ class Release:
     created_by: str
     mechanism: Mechanism
     cost: Cost
+    kind: str = "release"
     budget: Optional[Budget] = None
     distribution: Optional[Distribution] = None
     distributions: Optional[Distributions] = None
@@ -407,15 +450,22 @@ class Release:
             distribution = [float(p) for p in doc["distribution"]]
         if distributions is None and "distributions" in doc:
             distributions = [[float(p) for p in row] for row in doc["distributions"]]
+        if doc.get("kind") == "external":
+            # An external charge has no output, whatever empty list the record carries.
+            distribution = distribution or None
+            distributions = distributions or None
         label = doc.get("label")
         return cls(
             id=str(_get(doc, "id", "release")),
-            dataset_id=str(_get(doc, "dataset_id", "release")),
+            dataset_id=str(
+                doc["dataset_id"] if "dataset_id" in doc else _get(doc, "dataset", "release")
+            ),
             seq=int(_get(doc, "seq", "release")),
             created_at=parse_time(_get(doc, "created_at", "release")),
             created_by=str(_get(doc, "created_by", "release")),
             mechanism=Mechanism.from_json(_get(doc, "mechanism", "release")),
             cost=Cost.from_json(_get(doc, "cost", "release")),
+            kind=str(doc.get("kind", "release")),
             budget=Budget.from_json(budget) if isinstance(budget, dict) else None,
             distribution=distribution,
             distributions=distributions,
@@ -547,4 +597,172 @@ class WhoAmI:
             role=str(_get(doc, "role", "whoami")),
             token_id=token_id if isinstance(token_id, str) else None,
             datasets=[str(d) for d in datasets] if isinstance(datasets, list) else None,
+        )
+
+
+@dataclass(frozen=True)
+class PathNode:
+    """One node of a budget path: a dataset or a population, with its ledger at the path's order.
+
+    `binding` is True for the node (or nodes, on a tie) with the least `remaining` on the path:
+    the one that limits the next release or charge.
+    """
+
+    kind: str
+    id: str
+    name: str
+    total: float
+    spent: float
+    remaining: float
+    binding: bool
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PathNode:
+        """Read the service's JSON."""
+        binding = _get(doc, "binding", "path node")
+        if not isinstance(binding, bool):
+            raise BadResponse("path node: `binding` is not true or false")
+        return cls(
+            kind=str(_get(doc, "kind", "path node")),
+            id=str(_get(doc, "id", "path node")),
+            name=str(_get(doc, "name", "path node")),
+            total=_float(_get(doc, "total", "path node")),
+            spent=_float(_get(doc, "spent", "path node")),
+            remaining=_float(_get(doc, "remaining", "path node")),
+            binding=binding,
+        )
+
+
+@dataclass(frozen=True)
+class Population:
+    """A population: a budget shared by the datasets (and populations) under it.
+
+    Every release or charge on a dataset in it is also charged here and to every ancestor up to
+    the root, and must fit each. `children` says how its direct children's charges add up:
+    ``"shared"`` (the children may hold the same people: their charges are summed) or
+    ``"disjoint"`` (each person is in at most one child: the largest child's charge counts,
+    parallel composition). `parent` is the enclosing population's id, None for a root. `spent`
+    is RDP at the budget's order.
+    """
+
+    id: str
+    name: str
+    budget: BudgetSpec
+    parent: Optional[str]
+    children: str
+    spent: float
+    created_at: datetime
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Population:
+        """Read the service's JSON."""
+        return cls(
+            id=str(_get(doc, "id", "population")),
+            name=str(_get(doc, "name", "population")),
+            budget=BudgetSpec.from_json(_get(doc, "budget", "population")),
+            parent=_opt_id(doc.get("parent")),
+            children=str(_get(doc, "children", "population")),
+            spent=_float(_get(doc, "spent", "population")),
+            created_at=parse_time(_get(doc, "created_at", "population")),
+            raw=dict(doc),
+        )
+
+
+@dataclass(frozen=True)
+class PopulationBudget:
+    """A population's ledger at one instant, at its order λ₀, and its path to the root.
+
+    `path` is this population first, then its ancestors up to the root; a charge under it must
+    fit every node on the path. It is empty when read from a refusal (`PopulationBudgetExhausted`),
+    which carries the refusing node's ledger only.
+    """
+
+    order: float
+    total: float
+    spent: float
+    remaining: float
+    path: List[PathNode] = field(default_factory=list)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PopulationBudget:
+        """Read the service's JSON."""
+        path = doc.get("path")
+        return cls(
+            order=_float(_get(doc, "order", "population budget")),
+            total=_float(_get(doc, "total", "population budget")),
+            spent=_float(_get(doc, "spent", "population budget")),
+            remaining=_float(_get(doc, "remaining", "population budget")),
+            path=_path(path) if path is not None else [],
+            raw=dict(doc),
+        )
+
+    @property
+    def binding(self) -> Optional[PathNode]:
+        """The first node of the path with the least remaining (None for an empty path)."""
+        return next((node for node in self.path if node.binding), None)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """An external charge: privacy spent outside the service, recorded on a dataset's ledger.
+
+    `mechanism` is the charge's description as the service stored it, without the label
+    (``{"mechanism": "gaussian", "sigma": …, "sensitivity": …, "count": …}``, or ``"composed"``
+    with its ``events``); `cost` is what the ledger was charged at its order (and, for a
+    dataset in a population, every population on its path too). It is listed among the
+    dataset's releases with ``kind == "external"`` and no output, and the release log's hash
+    chain covers it.
+
+    `replayed` is True when the service answered a retry under the same Idempotency-Key with the
+    stored charge (no second charge); `idempotency_key` is the key it was sent with.
+    """
+
+    id: str
+    dataset_id: str
+    kind: str
+    mechanism: Dict[str, Any]
+    cost: Cost
+    created_at: datetime
+    label: Optional[str] = None
+    seq: Optional[int] = None
+    created_by: Optional[str] = None
+    budget: Optional[Budget] = None
+    replayed: bool = False
+    idempotency_key: Optional[str] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(
+        cls,
+        doc: Mapping[str, Any],
+        *,
+        replayed: bool = False,
+        idempotency_key: Optional[str] = None,
+    ) -> Charge:
+        """Read the service's JSON."""
+        mechanism = _get(doc, "mechanism", "charge")
+        if not isinstance(mechanism, dict):
+            raise BadResponse("charge: `mechanism` is not an object")
+        description = {k: v for k, v in mechanism.items() if k != "kind"}
+        dataset = doc["dataset_id"] if "dataset_id" in doc else _get(doc, "dataset", "charge")
+        seq = doc.get("seq", doc.get("sequence"))
+        label = doc.get("label")
+        created_by = doc.get("created_by")
+        budget = doc.get("budget")
+        return cls(
+            id=str(_get(doc, "id", "charge")),
+            dataset_id=str(dataset),
+            kind=str(doc.get("kind", mechanism.get("kind", "external"))),
+            mechanism=description,
+            cost=Cost.from_json(_get(doc, "cost", "charge")),
+            created_at=parse_time(_get(doc, "created_at", "charge")),
+            label=label if isinstance(label, str) else None,
+            seq=int(seq) if seq is not None else None,
+            created_by=created_by if isinstance(created_by, str) else None,
+            budget=Budget.from_json(budget) if isinstance(budget, dict) else None,
+            replayed=replayed,
+            idempotency_key=idempotency_key,
+            raw=dict(doc),
         )

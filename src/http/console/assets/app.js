@@ -4,10 +4,12 @@
 //                        release, releases, outputs
 //   #/new-dataset        register a dataset (admin)
 //   #/new-token          create an analyst token (admin)
+//   #/populations        the population tree, its forms (admin; populations.js)
 
 import { call, allReleases, mechanisms, session, saveSession, clearSession, Problem } from './api.js';
 import { h, num, percent, when, clear, id } from './dom.js';
 import { budgetBar, spendChart, barChart, heatMap } from './charts.js';
+import { renderPopulations, budgetPath } from './populations.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
@@ -44,6 +46,12 @@ function ledgerRefusal(p) {
         isLedger(budget) ? `, while the dataset's budget still has ${num(budget.remaining)} of ${num(budget.total)} left. ` : '. ',
         'The admin can raise your allocation; nothing was charged.'));
   }
+  if (isProblem(p, 'population-budget-exhausted') && isLedger(budget)) {
+    return h('div', { class: 'problem-ledger' },
+      budgetBar(budget.spent, budget.total, 'The refusing population'),
+      h('p', {}, h('strong', {}, 'The population above the dataset: '), `${num(budget.remaining)} of ${num(budget.total)} left at λ = ${num(budget.order)}`,
+        ', while the dataset itself may still have room. Nothing was charged.'));
+  }
   if (isProblem(p, 'budget-exhausted') && isLedger(budget)) {
     return h('div', { class: 'problem-ledger' },
       h('p', {}, h('strong', {}, "The dataset's budget: "), `${num(budget.remaining)} of ${num(budget.total)} left at λ = ${num(budget.order)}. Nothing was charged.`));
@@ -54,7 +62,9 @@ function ledgerRefusal(p) {
 /** A problem+json error as the user sees it: its title, its detail, and the status. */
 function problemBox(error) {
   const p = error instanceof Problem ? error : new Problem(0, { title: 'Unexpected error', detail: String(error?.message || error) });
-  const kind = isProblem(p, 'allocation-exhausted') ? 'allocation-exhausted' : isProblem(p, 'budget-exhausted') ? 'budget-exhausted' : null;
+  const kind = isProblem(p, 'allocation-exhausted') ? 'allocation-exhausted'
+    : isProblem(p, 'population-budget-exhausted') ? 'population-budget-exhausted'
+      : isProblem(p, 'budget-exhausted') ? 'budget-exhausted' : null;
   return h('div', { class: ['problem', kind], role: 'alert', 'data-status': p.status, 'data-type': p.type },
     h('p', { class: 'problem-title' }, h('span', { class: 'problem-icon', 'aria-hidden': 'true' }, '⚠ '), p.title),
     p.detail ? h('p', { class: 'problem-detail' }, p.detail) : null,
@@ -132,10 +142,20 @@ function budgetSummary(dataset, budget, { own = false } = {}) {
   return h('div', { class: 'budget-summary' }, rows);
 }
 
+/** An external charge's events (`composed`): each mechanism with its count. */
+function eventsText(events) {
+  return `${events.length} events: ${events.map((e) => `${e?.mechanism ?? '?'}${e?.count > 1 ? ` ×${e.count}` : ''}`).join(', ')}`;
+}
+
 function mechanismParameters(mechanism) {
   const parts = [];
+  const external = mechanism?.kind === 'external';
   for (const [key, value] of Object.entries(mechanism || {})) {
-    if (key === 'kind') continue;
+    if (key === 'kind' || (external && key === 'mechanism')) continue;
+    if (key === 'events' && Array.isArray(value)) {
+      parts.push(eventsText(value));
+      continue;
+    }
     if (key === 'calibration' && value && typeof value === 'object') {
       parts.push(`calibrated to ε ${num(value.epsilon)} at λ ${num(value.order)}`);
     } else if (Array.isArray(value)) {
@@ -222,7 +242,7 @@ function renderFrame() {
   const link = (href, text) => h('a', { href, 'aria-current': here === href ? 'page' : null }, text);
   nav.append(link('#/', 'Datasets'));
   if (me.role === 'admin') {
-    nav.append(link('#/new-dataset', 'Register dataset'), link('#/new-token', 'New analyst token'));
+    nav.append(link('#/populations', 'Populations'), link('#/new-dataset', 'Register dataset'), link('#/new-token', 'New analyst token'));
   }
   who.append(
     h('span', { class: 'role', 'data-role': me.role }, me.role === 'admin' ? 'Admin' : `Analyst ${me.token_id}`),
@@ -1166,6 +1186,10 @@ async function renderDataset(datasetId) {
     mechanisms(),
   ]);
   const budgetSlot = h('div', { class: 'budget-slot' });
+  const pathSlot = h('div');
+  const pathSection = section('Budget path', pathSlot);
+  pathSection.classList.add('path-section');
+  pathSection.hidden = true;
   const chartSlot = h('div');
   const tableSlot = h('div');
   const outputSlot = h('div', { class: 'output', 'aria-live': 'polite' });
@@ -1187,6 +1211,9 @@ async function renderDataset(datasetId) {
       allReleases(dataset.id),
     ]);
     clear(budgetSlot).append(budgetSummary(dataset, budget, { own: true }));
+    // A dataset in no population has only itself on its path: nothing more to show.
+    pathSection.hidden = !(Array.isArray(budget.path) && budget.path.length > 1);
+    if (!pathSection.hidden) clear(pathSlot).append(budgetPath(budget.path, { linkPopulations: session()?.role === 'admin' }));
     // A capped history holds the newest releases: the older ones' spend is what the ledger has
     // spent beyond them, so the curve starts there instead of at 0.
     const fetched = history.items.reduce((sum, r) => sum + r.cost.epsilon, 0);
@@ -1205,15 +1232,17 @@ async function renderDataset(datasetId) {
     const list = await call('GET', `/v1/datasets/${dataset.id}/releases?${query}`);
     if (Array.isArray(list.cells)) pageCells = list.cells;
     cursors[page + 1] = list.next_before ?? null;
-    const rows = list.items.map((r) => h('tr', { 'data-seq': r.seq },
+    const rows = list.items.map((r) => h('tr', { 'data-seq': r.seq, 'data-kind': r.kind ?? 'release' },
       h('td', { class: 'num' }, String(r.seq)),
       h('td', {}, r.label ?? h('span', { class: 'muted' }, '—')),
-      h('td', {}, r.mechanism?.kind ?? '—', Array.isArray(r.distributions) ? h('span', { class: 'tag' }, `table ×${r.distributions.length}`) : null),
+      r.kind === 'external'
+        ? h('td', {}, r.mechanism?.mechanism ?? '—', h('span', { class: 'tag external' }, 'external charge'))
+        : h('td', {}, r.mechanism?.kind ?? '—', Array.isArray(r.distributions) ? h('span', { class: 'tag' }, `table ×${r.distributions.length}`) : null),
       h('td', { class: 'params' }, mechanismParameters(r.mechanism)),
       h('td', { class: 'num' }, num(r.cost.epsilon)),
       h('td', {}, r.created_by),
       h('td', {}, h('time', { datetime: r.created_at }, when(r.created_at))),
-      h('td', {}, h('button', {
+      r.kind === 'external' ? h('td', { class: 'muted' }, 'none: run elsewhere') : h('td', {}, h('button', {
         type: 'button', class: 'secondary small', 'aria-label': `Show the output of release ${r.seq}`,
         onclick: () => { showOutput(r); outputSlot.scrollIntoView({ block: 'nearest' }); announce(`Showing release ${r.seq}.`); },
       }, 'Show'))));
@@ -1250,6 +1279,7 @@ async function renderDataset(datasetId) {
       ` · created ${when(dataset.created_at)} · `, h('code', {}, dataset.id)),
     dataset.cells ? cellNames(dataset.cells) : '', // Element.append writes null as text
     budgetSlot,
+    pathSection,
     section('Spend over time', chartSlot),
     allocations.element,
     plan.element,
@@ -1257,7 +1287,9 @@ async function renderDataset(datasetId) {
     section('Releases', tableSlot, outputSlot));
   // The spend chart's history is summaries (no outputs): the newest output is the page's.
   const [, list] = await Promise.all([loadLedger(), loadPage(), allocations.reload()]);
-  if (list.items[0]) showOutput(list.items[0]);
+  // External charges have no output to show.
+  const newest = list.items.find((r) => r.kind !== 'external');
+  if (newest) showOutput(newest);
 }
 
 // ------------------------------------------------------------------ admin forms
@@ -1411,6 +1443,9 @@ async function renderNewToken() {
   clear(main).append(form);
 }
 
+// The form helpers the populations view (populations.js) builds its forms with.
+const UI = { field, numberInput, section, busy, problemBox, successBox, announce };
+
 // ------------------------------------------------------------------ routing
 
 // Views render one at a time, in order: a view awaits the API before it fills `main`, so two
@@ -1439,6 +1474,7 @@ async function renderRoute(message) {
     if (match) await renderDataset(match[1]);
     else if (hash === '/new-dataset' && me.role === 'admin') renderNewDataset();
     else if (hash === '/new-token' && me.role === 'admin') await renderNewToken();
+    else if (hash === '/populations' && me.role === 'admin') await renderPopulations(main, UI);
     else await renderDatasets();
     const heading = main.querySelector('h1');
     if (heading) document.title = `${heading.textContent} · dirichlet-release console`;
