@@ -188,13 +188,9 @@ pub async fn dataset_path(state: &AppState, d: &Dataset) -> Result<Vec<PathEntry
 /// A population node's ledger (the `budget` of a `population-budget-exhausted` problem).
 #[derive(Debug, Serialize)]
 pub struct PopulationLedgerView {
-    #[schema(exclusive_minimum = 1)]
     pub order: f64,
-    #[schema(minimum = 0, maximum = 8192)]
     pub total: f64,
-    #[schema(minimum = 0, maximum = 8192)]
     pub spent: f64,
-    #[schema(minimum = 0, maximum = 8192)]
     pub remaining: f64,
 }
 
