@@ -438,10 +438,16 @@ impl ProblemType {
                     )
                     .property(
                         "budget",
-                        schema::described(
-                            "PopulationLedger",
-                            "That node's ledger when it refused.",
-                        ),
+                        schema::closed()
+                            .description(Some("That node's ledger when it refused."))
+                            .property("order", schema::above(1.0))
+                            .property("total", schema::between(0.0, 8192.0))
+                            .property("spent", schema::between(0.0, 8192.0))
+                            .property("remaining", schema::between(0.0, 8192.0))
+                            .required("order")
+                            .required("total")
+                            .required("spent")
+                            .required("remaining"),
                     )
                     .required("population")
                     .required("budget");

@@ -185,18 +185,12 @@ pub async fn dataset_path(state: &AppState, d: &Dataset) -> Result<Vec<PathEntry
     Ok(path)
 }
 
-/// A population node's ledger.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(as = PopulationLedger)]
-#[serde(deny_unknown_fields)]
+/// A population node's ledger (the `budget` of a `population-budget-exhausted` problem).
+#[derive(Debug, Serialize)]
 pub struct PopulationLedgerView {
-    #[schema(exclusive_minimum = 1)]
     pub order: f64,
-    #[schema(minimum = 0, maximum = 8192)]
     pub total: f64,
-    #[schema(minimum = 0, maximum = 8192)]
     pub spent: f64,
-    #[schema(minimum = 0, maximum = 8192)]
     pub remaining: f64,
 }
 
@@ -205,8 +199,14 @@ pub struct PopulationLedgerView {
 #[schema(as = PopulationBudget)]
 #[serde(deny_unknown_fields)]
 pub struct PopulationBudgetView {
-    #[serde(flatten)]
-    pub ledger: PopulationLedgerView,
+    #[schema(exclusive_minimum = 1)]
+    pub order: f64,
+    #[schema(minimum = 0, maximum = 8192)]
+    pub total: f64,
+    #[schema(minimum = 0, maximum = 8192)]
+    pub spent: f64,
+    #[schema(minimum = 0, maximum = 8192)]
+    pub remaining: f64,
     /// This node, then its ancestors up to the root.
     pub path: Vec<PathNodeView>,
 }
@@ -396,12 +396,10 @@ async fn budget(
     };
     let entries: Vec<PathEntry> = path.iter().map(population_entry).collect();
     Ok(Json(PopulationBudgetView {
-        ledger: PopulationLedgerView {
-            order: node.order.get(),
-            total: node.total.to_f64(),
-            spent: node.spent.to_f64(),
-            remaining: node.remaining().to_f64(),
-        },
+        order: node.order.get(),
+        total: node.total.to_f64(),
+        spent: node.spent.to_f64(),
+        remaining: node.remaining().to_f64(),
         path: path_views(&entries).0,
     }))
 }
@@ -475,6 +473,7 @@ fn placement_error(
         (status = 403, response = problems::Forbidden),
         (status = 404, response = problems::NotFound),
         (status = 409, response = problems::PlacementConflict),
+        (status = 413, response = problems::PayloadTooLarge),
         (status = 415, response = problems::UnsupportedMediaType),
         (status = 422, response = problems::InvalidRequest),
         (status = 431, response = problems::HeadersTooLarge),
@@ -518,6 +517,7 @@ async fn move_population(
         (status = 403, response = problems::Forbidden),
         (status = 404, response = problems::NotFound),
         (status = 409, response = problems::PlacementConflict),
+        (status = 413, response = problems::PayloadTooLarge),
         (status = 415, response = problems::UnsupportedMediaType),
         (status = 422, response = problems::InvalidRequest),
         (status = 431, response = problems::HeadersTooLarge),

@@ -406,6 +406,8 @@ impl PartialSchema for ReleaseRecordView {
                         .description(Some(
                             "An external charge's description (`kind: external`), as sent.",
                         ))
+                        .property("kind", schema::constant("external"))
+                        .required("kind")
                         .into(),
                 ]),
             )

@@ -1978,6 +1978,131 @@ async fn every_response_matches_the_description(backend: Backend) {
         .problem(404, "not-found")
         .await;
 
+    // ---------------------------------------------------------------- populations and charges
+    let budget1 = json!({"order": 2, "epsilon": 1});
+    let pop = api
+        .call("createPopulation", "/v1/populations")
+        .json(json!({"name": "people", "budget": budget1}))
+        .expect(201)
+        .await
+        .id();
+    api.call("createPopulation", "/v1/populations")
+        .json(json!({"name": "x", "budget": budget1, "children": "some"}))
+        .problem(422, "invalid-request")
+        .await;
+    api.call("createPopulation", "/v1/populations")
+        .token(&analyst)
+        .json(json!({"name": "x", "budget": budget1}))
+        .problem(403, "forbidden")
+        .await;
+    api.call("listPopulations", "/v1/populations")
+        .expect(200)
+        .await;
+    api.call("listPopulations", "/v1/populations")
+        .token(&analyst)
+        .problem(403, "forbidden")
+        .await;
+    let nowhere = uuid::Uuid::new_v4();
+    for (op, suffix) in [("getPopulation", ""), ("getPopulationBudget", "/budget")] {
+        api.call(op, &format!("/v1/populations/{pop}{suffix}"))
+            .expect(200)
+            .await;
+        api.call(op, &format!("/v1/populations/{pop}{suffix}"))
+            .token(&analyst)
+            .problem(403, "forbidden")
+            .await;
+        api.call(op, &format!("/v1/populations/{nowhere}{suffix}"))
+            .problem(404, "not-found")
+            .await;
+    }
+    let member_ds = api
+        .call("createDataset", "/v1/datasets")
+        .json(json!({"name": "member", "budget": budget1, "population": pop}))
+        .expect(201)
+        .await
+        .id();
+    let small_pop = api
+        .call("createPopulation", "/v1/populations")
+        .json(json!({"name": "small", "budget": {"order": 2, "epsilon": 0.25}}))
+        .expect(201)
+        .await
+        .id();
+    let loner = api
+        .call("createDataset", "/v1/datasets")
+        .json(json!({"name": "loner", "budget": budget1}))
+        .expect(201)
+        .await
+        .id();
+    let loner_charges = format!("/v1/datasets/{loner}/charges");
+    api.call("createCharge", &loner_charges)
+        .json(json!({"mechanism": "rdp", "epsilon": 0.5}))
+        .expect(201)
+        .await;
+    let place = format!("/v1/datasets/{loner}/population");
+    api.call("setDatasetPopulation", &place)
+        .json(json!({"population": small_pop}))
+        .problem(409, "population-budget-exhausted")
+        .await;
+    api.call("setDatasetPopulation", &place)
+        .json(json!({"population": nowhere}))
+        .problem(422, "invalid-request")
+        .await;
+    api.call("setDatasetPopulation", &place)
+        .token(&analyst)
+        .json(json!({"population": pop}))
+        .problem(403, "forbidden")
+        .await;
+    api.call(
+        "setDatasetPopulation",
+        &format!("/v1/datasets/{nowhere}/population"),
+    )
+    .json(json!({"population": pop}))
+    .problem(404, "not-found")
+    .await;
+    api.call("setDatasetPopulation", &place)
+        .json(json!({"population": pop}))
+        .expect(200)
+        .await;
+    let member_charges = format!("/v1/datasets/{member_ds}/charges");
+    api.call("createCharge", &member_charges)
+        .json(json!({"mechanism": "gaussian", "sigma": 4, "sensitivity": 1, "count": 2}))
+        .expect(201)
+        .await;
+    api.call("createCharge", &member_charges)
+        .json(json!({"mechanism": "rdp", "epsilon": 0.75}))
+        .problem(409, "population-budget-exhausted")
+        .await;
+    api.call("createCharge", &member_charges)
+        .json(json!({"mechanism": "exponential", "epsilon": 1}))
+        .problem(422, "invalid-request")
+        .await;
+    api.call("createCharge", &format!("/v1/datasets/{nowhere}/charges"))
+        .json(json!({"mechanism": "pure", "epsilon": 1}))
+        .problem(404, "not-found")
+        .await;
+    let move_pop = |id: &str| format!("/v1/populations/{id}/parent");
+    api.call("movePopulation", &move_pop(&pop))
+        .json(json!({"parent": small_pop}))
+        .problem(409, "population-budget-exhausted")
+        .await;
+    api.call("movePopulation", &move_pop(&pop))
+        .json(json!({"parent": pop}))
+        .problem(422, "invalid-request")
+        .await;
+    api.call("movePopulation", &move_pop(&pop))
+        .token(&analyst)
+        .json(json!({"parent": null}))
+        .problem(403, "forbidden")
+        .await;
+    api.call("movePopulation", &move_pop(&nowhere.to_string()))
+        .json(json!({"parent": null}))
+        .problem(404, "not-found")
+        .await;
+    api.call("movePopulation", &move_pop(&small_pop))
+        .json(json!({"parent": pop}))
+        .expect(200)
+        .await;
+
     // ---------------------------------------------------------------- 401 on every secured operation
     let dataset_body = json!({"name": "x", "budget": {"order": 2, "epsilon": 1}});
     let secured: Vec<(&str, String, Option<Value>)> = vec![
@@ -2025,6 +2150,33 @@ async fn every_response_matches_the_description(backend: Backend) {
             "planReleases",
             format!("/v1/datasets/{dp}/plan"),
             Some(json!({"items": [{"d": 4, "n": 100, "epsilon": 0.1}]})),
+        ),
+        (
+            "createPopulation",
+            "/v1/populations".into(),
+            Some(json!({"name": "x", "budget": budget1})),
+        ),
+        ("listPopulations", "/v1/populations".into(), None),
+        ("getPopulation", format!("/v1/populations/{pop}"), None),
+        (
+            "getPopulationBudget",
+            format!("/v1/populations/{pop}/budget"),
+            None,
+        ),
+        (
+            "movePopulation",
+            move_pop(&pop),
+            Some(json!({"parent": null})),
+        ),
+        (
+            "setDatasetPopulation",
+            format!("/v1/datasets/{dp}/population"),
+            Some(json!({"population": null})),
+        ),
+        (
+            "createCharge",
+            format!("/v1/datasets/{dp}/charges"),
+            Some(json!({"mechanism": "pure", "epsilon": 0.1})),
         ),
     ];
     let tampered = format!("{}x", &analyst[..analyst.len() - 1]);
@@ -2088,6 +2240,30 @@ async fn every_response_matches_the_description(backend: Backend) {
             format!("/v1/datasets/{dp}/plan"),
             json!({"items": [{"d": 4, "n": 100, "epsilon": 0.1}]}),
             r#"{"items": [{"d": 4, "n": Infinity, "epsilon": 0.1}]}"#,
+        ),
+        (
+            "createPopulation",
+            "/v1/populations".to_string(),
+            json!({"name": "x", "budget": {"order": 2, "epsilon": 1}}),
+            r#"{"name": "x", "budget": {"order": NaN, "epsilon": 1}}"#,
+        ),
+        (
+            "movePopulation",
+            move_pop(&pop),
+            json!({"parent": null}),
+            r#"{"parent": NaN}"#,
+        ),
+        (
+            "setDatasetPopulation",
+            format!("/v1/datasets/{dp}/population"),
+            json!({"population": null}),
+            r#"{"population": NaN}"#,
+        ),
+        (
+            "createCharge",
+            format!("/v1/datasets/{dp}/charges"),
+            json!({"mechanism": "pure", "epsilon": 0.1}),
+            r#"{"mechanism": "pure", "epsilon": NaN}"#,
         ),
     ];
     for (id, path, valid, not_a_number) in &bodies {
@@ -2194,6 +2370,26 @@ async fn every_response_matches_the_description(backend: Backend) {
             "planReleases",
             format!("/v1/datasets/{tight_dataset}/plan"),
             json!({"items": vec![json!({"d": 4, "n": 100, "epsilon": 0.1}); 100]}),
+        ),
+        (
+            "createPopulation",
+            "/v1/populations".to_string(),
+            json!({"name": "x".repeat(2000), "budget": {"order": 2, "epsilon": 1}}),
+        ),
+        (
+            "movePopulation",
+            format!("/v1/populations/{tight_dataset}/parent"),
+            json!({"parent": null, "padding": "x".repeat(2000)}),
+        ),
+        (
+            "setDatasetPopulation",
+            format!("/v1/datasets/{tight_dataset}/population"),
+            json!({"population": null, "padding": "x".repeat(2000)}),
+        ),
+        (
+            "createCharge",
+            format!("/v1/datasets/{tight_dataset}/charges"),
+            json!({"mechanism": "pure", "epsilon": 0.1, "label": "x".repeat(2000)}),
         ),
     ] {
         tight_api
