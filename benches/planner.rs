@@ -1,5 +1,5 @@
 //! The accuracy-first planner (`release::workload::plan_workload`) on a plan of 1,000 items
-//! (issue 22: ≤ 50 ms in a release build). Run with `cargo bench --bench planner`.
+//! (target: ≤ 50 ms in a release build). Run with `cargo bench --bench planner`.
 //!
 //! `distinct`: 1,000 different items (no two alike, so the planner's cache of identical items
 //! does not help): d from 2 to 1,000, totals from 50 to 10⁶ (exact or lower bounds), `"auto"`

@@ -44,7 +44,7 @@ const BREAST_CANCER_NETWORK: &str = "diagnosis: ; \
 
 /// `--short`'s network: the default tree plus one node with two parents. Its 10 × 10 parent
 /// configurations outnumber what 398 training records fill, so some CPT rows are empty groups
-/// (issue 21): CI releases them like any other row.
+/// (CI releases them like any other row).
 const SHORT_NETWORK_EXTRA: &str = "worst_smoothness: worst_radius, mean_texture";
 
 /// Node k with its parents, as column indices.

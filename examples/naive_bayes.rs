@@ -169,7 +169,7 @@ async fn main() -> Result<()> {
     let frame = Frame::read(&args.data)?;
     experiment("naive_bayes", &args, &frame, class_name, edges).await?;
     if args.short && defaults {
-        // A split with an empty group (issue 21), so CI releases one.
+        // A split with an empty group, so CI releases one.
         let mut args = args.clone();
         args.out = args.out.map(|p| p.with_extension("empty-groups.csv"));
         experiment(
@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(scores[1], ("accuracy", 0.5));
     }
 
-    /// Issue 21: a class with no training record gives an all-zero row in every feature table;
+    /// A class with no training record gives an all-zero row in every feature table;
     /// the tables keep it (the model's shape never depends on which groups are empty).
     #[test]
     fn a_class_without_training_records_is_an_empty_row() {

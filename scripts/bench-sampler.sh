@@ -7,7 +7,7 @@
 #
 #   scripts/bench-sampler.sh
 # Output: a table on stdout and one JSON object per dimension in $OUT/sampler.jsonl; exit 1 if
-# the two-thread sampler is below 1.8x numpy at d = 1,000,000 (issue 6's target).
+# the two-thread sampler is below 1.8x numpy at d = 1,000,000 (the target).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir=${CARGO_TARGET_DIR:-target}

@@ -383,7 +383,7 @@ mod tests {
         );
     }
 
-    /// Tokens that pass a length check but could never sign in (issue 13 item 17).
+    /// Tokens that pass a length check but could never sign in.
     #[test]
     fn admin_tokens_that_cannot_sign_in_are_refused() {
         for token in [

@@ -1393,7 +1393,7 @@ mod tests {
         assert_eq!(uniform(&tables)[0][0], vec![1.0 / 3.0; 3]);
     }
 
-    /// Issue 21: tables with empty rows (and an all-zero vector) go through an in-process
+    /// Tables with empty rows (and an all-zero vector) go through an in-process
     /// service for every mechanism, as one release each and row by row: every row comes back a
     /// distribution and every ledger spends exactly its budget.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

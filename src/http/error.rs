@@ -590,7 +590,7 @@ pub mod problems {
 mod tests {
     use super::shortest_numbers;
 
-    /// Issue 13 item 14: ε = 5e-324 printed with `{}` is 326 characters.
+    /// ε = 5e-324 printed with `{}` is 326 characters.
     #[test]
     fn long_numbers_are_printed_shortest() {
         let long = format!("no parameters achieve epsilon {} at order 2", 5e-324);

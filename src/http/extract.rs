@@ -380,7 +380,7 @@ mod tests {
         assert!(!text.contains("seed"), "a sent key is not quoted: {text}");
     }
 
-    /// Issue 13 items 1, 3 and 11: nothing sent is quoted, whatever the path, and only objects
+    /// Nothing sent is quoted, whatever the path, and only objects
     /// are bodies.
     #[test]
     fn no_error_quotes_what_was_sent() {

@@ -180,7 +180,14 @@ pub async fn dataset_path(state: &AppState, d: &Dataset) -> Result<Vec<PathEntry
         spent: d.spent,
     }];
     if let Some(p) = d.population {
-        path.extend(state.store.population_path(p).await?.iter().map(population_entry));
+        path.extend(
+            state
+                .store
+                .population_path(p)
+                .await?
+                .iter()
+                .map(population_entry),
+        );
     }
     Ok(path)
 }

@@ -262,7 +262,11 @@ fn neighbouring() -> SchemaRef {
 }
 
 impl BudgetSpecView {
-    pub fn new(order: crate::privacy::Order, total: crate::ledger::Units, dp_target: Option<crate::ledger::DpTarget>) -> Self {
+    pub fn new(
+        order: crate::privacy::Order,
+        total: crate::ledger::Units,
+        dp_target: Option<crate::ledger::DpTarget>,
+    ) -> Self {
         match dp_target {
             Some(t) => BudgetSpecView {
                 order: order.get(),

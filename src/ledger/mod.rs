@@ -550,7 +550,9 @@ pub trait LedgerStore: Send + Sync + 'static {
         let mut next = Some(id);
         while let Some(id) = next {
             if path.len() > population::MAX_DEPTH || path.iter().any(|p| p.id == id) {
-                return Err(StoreError::Corrupt("populations.parent_id forms a cycle".into()));
+                return Err(StoreError::Corrupt(
+                    "populations.parent_id forms a cycle".into(),
+                ));
             }
             let Some(node) = self.get_population(id).await? else {
                 break;

@@ -116,7 +116,11 @@ pub struct NodeRefusal {
 /// (`path` is leaf to root). Returns every node's new `spent`, in `path` order, or the first
 /// node (from the leaf) that the charge would take past its total; nothing is to be written
 /// then.
-pub fn charge_path(path: &[Node], child_spent: Units, delta: Units) -> Result<Vec<Units>, NodeRefusal> {
+pub fn charge_path(
+    path: &[Node],
+    child_spent: Units,
+    delta: Units,
+) -> Result<Vec<Units>, NodeRefusal> {
     let mut after = Vec::with_capacity(path.len());
     let (mut child_spent, mut delta) = (child_spent, delta);
     for node in path {
@@ -192,11 +196,36 @@ mod tests {
         };
         // The dataset went from 15 to 20 under `shared`, which goes from 10 to 15 under
         // `disjoint` (still below its 30).
-        assert_eq!(charge_path(&[shared, disjoint], u(20), u(5)), Ok(vec![u(15), u(30)]));
+        assert_eq!(
+            charge_path(&[shared, disjoint], u(20), u(5)),
+            Ok(vec![u(15), u(30)])
+        );
         assert_eq!(charge_path(&[disjoint], u(40), u(5)), Ok(vec![u(40)]));
-        let refused = charge_path(&[shared, Node { total: u(14), ..disjoint }], u(20), u(5));
+        let refused = charge_path(
+            &[
+                shared,
+                Node {
+                    total: u(14),
+                    ..disjoint
+                },
+            ],
+            u(20),
+            u(5),
+        );
         assert_eq!(refused.unwrap_err().id, b);
-        assert_eq!(charge_path(&[Node { total: u(14), ..shared }], u(20), u(5)).unwrap_err().id, a);
+        assert_eq!(
+            charge_path(
+                &[Node {
+                    total: u(14),
+                    ..shared
+                }],
+                u(20),
+                u(5)
+            )
+            .unwrap_err()
+            .id,
+            a
+        );
     }
 
     #[test]
@@ -208,7 +237,10 @@ mod tests {
             total: u(total),
             spent: u(spent),
         };
-        assert_eq!(binding(&[entry(10, 2), entry(10, 5), entry(8, 3)]), vec![1, 2]);
+        assert_eq!(
+            binding(&[entry(10, 2), entry(10, 5), entry(8, 3)]),
+            vec![1, 2]
+        );
         assert_eq!(binding(&[]), Vec::<usize>::new());
     }
 
@@ -239,7 +271,13 @@ mod tests {
                         .collect(),
                     rules: rules
                         .into_iter()
-                        .map(|d| if d { Children::Disjoint } else { Children::Shared })
+                        .map(|d| {
+                            if d {
+                                Children::Disjoint
+                            } else {
+                                Children::Shared
+                            }
+                        })
                         .collect(),
                     totals,
                     datasets,
@@ -252,8 +290,13 @@ mod tests {
     /// spend is the sum of its charges; a shared node's the sum of its children's, a disjoint
     /// one's their maximum.
     fn recompute(f: &Forest, committed: &[(usize, i64)], node: usize) -> i64 {
-        let dataset_spent =
-            |d: usize| committed.iter().filter(|(c, _)| *c == d).map(|(_, x)| x).sum::<i64>();
+        let dataset_spent = |d: usize| {
+            committed
+                .iter()
+                .filter(|(c, _)| *c == d)
+                .map(|(_, x)| x)
+                .sum::<i64>()
+        };
         let mut children: Vec<i64> = (0..f.datasets.len())
             .filter(|&d| f.datasets[d] == node)
             .map(dataset_spent)

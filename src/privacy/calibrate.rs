@@ -1356,7 +1356,7 @@ mod tests {
         assert!(realised <= real, "{realised} quadratures, were {real}");
     }
 
-    /// Issue 21 item 3: next to ε*'s logarithmic pole one ulp of the solved parameter moves
+    /// Next to ε*'s logarithmic pole one ulp of the solved parameter moves
     /// the price by more than the spend tolerance, and the calibration used to give up —
     /// though the curve goes on to ~12.9 at order 3.7 (α = 1). It now settles on the best f64
     /// parameter, and refuses only beyond the curve's reach, naming that reach.
@@ -1469,7 +1469,7 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
-        /// Issue 21 item 3: for random orders, priors (or r) and ε, either the calibration
+        /// For random orders, priors (or r) and ε, either the calibration
         /// succeeds — charged at most ε, at the best f64 parameter — or ε exceeds the price at
         /// the last representable parameter before the pole.
         #[test]

@@ -14,7 +14,7 @@
 //! Beta(α, β), which is also the exact posterior: the selection is constant, reveals nothing,
 //! and is charged like any other (the charge is an upper bound on a divergence of 0); its
 //! output is the prior mean. α + β + n is capped at [`MAX_PARAMETER_TOTAL`] and a prior whose
-//! computed distances are not finite numbers in [0, 1] is refused (issue 21: a prior of
+//! computed distances are not finite numbers in [0, 1] is refused (a prior of
 //! [5e-324, 4.79e307] overflowed lnΓ, and the preview published a sensitivity of 0 and null).
 //!
 //! Guarantee and price: with weights exp(ε·u/(2Δ)) the selection is ε-bounded-range (the
@@ -646,7 +646,7 @@ mod tests {
         assert_eq!(c.hellinger_bound(1e-11, 0.05), 1.0);
     }
 
-    /// Issue 21: n = 0 (an empty group) has one candidate, the prior, which is also the exact
+    /// n = 0 (an empty group) has one candidate, the prior, which is also the exact
     /// posterior: every ε is accepted, the selection is always 0, the forecast stays a valid
     /// bound in (0, 1].
     #[test]
@@ -665,7 +665,7 @@ mod tests {
         assert_eq!(c.candidate(0), (2.0, 3.0));
     }
 
-    /// Issue 21 item 5: a prior whose lnΓ overflows (schemathesis: [5e-324, 4.79e307]) gave a
+    /// A prior whose lnΓ overflows (schemathesis: [5e-324, 4.79e307]) gave a
     /// Δ_g of 0 and a Δ̃ of +∞; such priors are refused, and every accepted prior has
     /// finite figures in range.
     #[test]

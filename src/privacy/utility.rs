@@ -174,7 +174,7 @@ mod tests {
             .is_none());
     }
 
-    /// Issue 21: an empty group (N = 0) gets a finite forecast that claims nothing about x/N
+    /// An empty group (N = 0) gets a finite forecast that claims nothing about x/N
     /// (which does not exist): ℓ2 bound √2, Dir(α)'s variance bound, no KL tail — for any valid
     /// r and prior, tiny or huge.
     #[test]

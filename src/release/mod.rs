@@ -410,7 +410,7 @@ mod tests {
         ]
     }
 
-    /// Issue 11 item 1: a budget B admits exactly k releases asked at B/k, for every k ≤ 10,000,
+    /// A budget B admits exactly k releases asked at B/k, for every k ≤ 10,000,
     /// every calibrated mechanism and every relation — by the ledger's own rule
     /// (`BudgetState::admits` is `spent + charge ≤ total`), and each charge is the largest grid
     /// value ≤ B/k and at least the inflated curve.
@@ -585,7 +585,7 @@ mod precision_tests {
         p.draw().check(&counts(&x), &custom).unwrap();
     }
 
-    /// The audit cases of issue 10 item 3.
+    /// The cases of the exact-pricing audit.
     #[test]
     fn audit_cases_are_refused_or_priced_safely() {
         let s = Sensitivity::REPLACE_ONE;
@@ -643,7 +643,7 @@ mod precision_tests {
     }
 }
 
-/// Issue 21 item 4: the charge covers the divergence of the Gamma shapes the f64 code actually
+/// The charge covers the divergence of the Gamma shapes the f64 code actually
 /// forms, fl(fl(r·x) + α), not only of the real-number shapes r·x + α.
 #[cfg(test)]
 mod realised_shift_tests {

@@ -358,7 +358,7 @@ mod tests {
                 expected: 2
             }
         );
-        // An empty group is a row like any other (issue 21).
+        // An empty group is a row like any other.
         let empty = CountTable::new(vec![vec![1.0, 2.0], vec![0.0, 0.0]], 10).unwrap();
         assert_eq!(empty.rows()[1].total(), 0.0);
         CountTable::new(vec![vec![0.0, 0.0]; 3], 10).unwrap();
@@ -392,7 +392,7 @@ mod tests {
         );
     }
 
-    /// Issue 21: the one charge covers the moves that empty a row or fill an empty one — a
+    /// The one charge covers the moves that empty a row or fill an empty one — a
     /// record leaving a one-record group, or joining a group that had none — for every mechanism
     /// and both relations, against the exact divergences (the property test above draws such
     /// tables too; these are the cases pinned).
@@ -442,7 +442,7 @@ mod tests {
         }
     }
 
-    /// Issue 21: an empty group (an all-zero row) is parsed, passes the shape guard and is drawn
+    /// An empty group (an all-zero row) is parsed, passes the shape guard and is drawn
     /// by every mechanism — Dir(α) for the Dirichlet family, noise on zeros projected to the
     /// simplex for the baselines — and its forecast is finite and claims nothing about x/N,
     /// which does not exist: the ℓ2 bound is √2, the simplex's diameter.

@@ -7,8 +7,8 @@ use uuid::Uuid;
 
 use crate::ledger::audit::{self, LinkFields, LogEntry};
 use crate::ledger::{
-    Allocation, AllocationChange, BudgetState, Children, Dataset, Population, DpTarget, Label, LedgerSummary, Names,
-    NewRelease, Output, Release, ReleaseSummary, StoreError, Table, Units,
+    Allocation, AllocationChange, BudgetState, Children, Dataset, DpTarget, Label, LedgerSummary,
+    Names, NewRelease, Output, Population, Release, ReleaseSummary, StoreError, Table, Units,
 };
 use crate::privacy::{Order, Sensitivity};
 
@@ -75,7 +75,11 @@ impl<Id: Into<Uuid>> TryFrom<PopulationColumns<Id>> for Population {
             dp_target: match (c.dp_epsilon, c.dp_delta) {
                 (Some(epsilon), Some(delta)) => Some(DpTarget { epsilon, delta }),
                 (None, None) => None,
-                _ => return Err(corrupt("populations.dp_epsilon and dp_delta must be both set or both null")),
+                _ => {
+                    return Err(corrupt(
+                        "populations.dp_epsilon and dp_delta must be both set or both null",
+                    ))
+                }
             },
             parent: c.parent_id.map(Into::into),
             children: Children::parse(&c.children)

@@ -75,7 +75,7 @@ const RELEASE_COLUMNS: &str = "id, dataset_id, seq, created_at, created_by, \
 /// statement and single whatever the number of replicas. `now()` is the transaction's time, the
 /// one the INSERT stores as `created_at`; EXTRACT returns an exact numeric (PostgreSQL ≥ 14).
 ///
-/// An analyst's release also passes its token's allocation on the dataset (issue 22): the
+/// An analyst's release also passes its token's allocation on the dataset: the
 /// token's row of `token_datasets` (created with the token, so it exists before the token's
 /// first request and no snapshot can miss it) is locked first, and read as last committed,
 /// by the MATERIALIZED `allocation`; the dataset's UPDATE admits only if the allocation, when

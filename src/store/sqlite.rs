@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use super::codec::{
     self, committed_release, output_columns, BudgetColumns, DatasetColumns, PopulationColumns,
-    ReleaseColumns, POPULATION_COLUMNS,
-    ReleaseSummaryColumns, SummaryColumns, DATASET_COLUMNS, RELEASE_SUMMARY_COLUMNS,
+    ReleaseColumns, ReleaseSummaryColumns, SummaryColumns, DATASET_COLUMNS, POPULATION_COLUMNS,
+    RELEASE_SUMMARY_COLUMNS,
 };
 use super::{store_error, StoreOptions};
 use crate::access::{Role, TokenRecord};
@@ -210,7 +210,7 @@ async fn commit_release_on(
     }
 
     // The caller's row of its token's scope (none for the admin): its spend on the dataset and
-    // its allocation, if one is set (issue 22).
+    // its allocation, if one is set.
     let scope = sqlx::query(
         "SELECT spent_units, allocation_units FROM token_datasets \
           WHERE token_id = $1 AND dataset_id = $2",
@@ -449,7 +449,11 @@ async fn place_on(
     const CONTEXT: &str = "place";
     let fail = |e| store_error(CONTEXT, e);
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(fail)?;
-    let table = if is_dataset { "datasets" } else { "populations" };
+    let table = if is_dataset {
+        "datasets"
+    } else {
+        "populations"
+    };
     let row = sqlx::query(&format!(
         "SELECT budget_order, spent_units FROM {table} WHERE id = $1"
     ))
@@ -463,7 +467,11 @@ async fn place_on(
     };
     let order: f64 = row.try_get("budget_order").map_err(fail)?;
     let spent = codec::units(row.try_get("spent_units").map_err(fail)?, "spent_units")?;
-    let column = if is_dataset { "population_id" } else { "parent_id" };
+    let column = if is_dataset {
+        "population_id"
+    } else {
+        "parent_id"
+    };
     if let Some(target) = target {
         let exists: Option<i64> = sqlx::query_scalar("SELECT 1 FROM populations WHERE id = $1")
             .bind(target.hyphenated())
@@ -1059,7 +1067,11 @@ impl LedgerStore for SqliteStore {
         dataset_id: Uuid,
         population: Option<Uuid>,
     ) -> Result<Placement, StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(|e| store_error("place", e))?;
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| store_error("place", e))?;
         let result = place_on(&mut conn, dataset_id, true, population).await;
         discard_on_error(&mut conn, result)
     }
@@ -1069,7 +1081,11 @@ impl LedgerStore for SqliteStore {
         id: Uuid,
         parent: Option<Uuid>,
     ) -> Result<Placement, StoreError> {
-        let mut conn = self.pool.acquire().await.map_err(|e| store_error("place", e))?;
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| store_error("place", e))?;
         let result = place_on(&mut conn, id, false, parent).await;
         discard_on_error(&mut conn, result)
     }

@@ -394,8 +394,8 @@ async fn invalid_requests_are_refused_and_charge_nothing(backend: Backend) {
         "malformed-request",
     )
     .await;
-    // Well-formed JSON whose number is out of f64's range: 422, as openapi.yaml says (issue 13
-    // item 11).
+    // Well-formed JSON whose number is out of f64's range: 422, as openapi.yaml says (found by an
+    // outside attack).
     assert_problem(
         send_raw(
             "{\"counts\": [1e999, 2], \"epsilon\": 1}",
@@ -723,7 +723,7 @@ async fn idempotent_retries_return_the_stored_release(backend: Backend) {
     assert_eq!(app.budget(&id).await["releases"], 2);
 }
 
-/// Issue 21 item 6: a replay is the same 201 body as the original — `budget` included, which is
+/// A replay is the same 201 body as the original — `budget` included, which is
 /// the ledger right after that release was charged, not the ledger at the time of the retry.
 /// Before the fix the replay's `budget` counted the releases made since (`releases` 2, not 1).
 async fn a_replay_answers_the_original_201(backend: Backend) {
@@ -1045,7 +1045,7 @@ async fn operational_endpoints(backend: Backend) {
         )
         .await;
     assert_eq!(response.status(), StatusCode::CONFLICT);
-    // The per-dataset series need the admin token (issue 13 item 5).
+    // The per-dataset series need the admin token.
     let metrics = app.get("/metrics", ADMIN_TOKEN).await.text().await.unwrap();
     assert!(
         metrics.contains(&format!("dirichlet_budget_spent{{dataset=\"{id}\"}} 0.5")),
@@ -1077,7 +1077,7 @@ async fn a_timed_out_release_is_a_problem_and_never_half_written(backend: Backen
     let counts: Vec<u32> = (0..400_000).map(|i| i % 13).collect();
     // The timeout may answer (and close the connection) while the body is still being sent:
     // then the client sees a broken pipe. If it answers, it is 503 timeout (cut before the
-    // commit started: not charged), or 201 if the commit had started (issue 13: a started
+    // commit started: not charged), or 201 if the commit had started (a started
     // commit is never answered 503).
     let sent = app
         .client
@@ -1125,9 +1125,9 @@ async fn a_timed_out_release_is_a_problem_and_never_half_written(backend: Backen
     assert_eq!(consistent_snapshots, 5);
 }
 
-/// Issue 11 item 1 on the live service: a budget of 1 admits exactly k releases asked at 1/k,
+/// On the live service: a budget of 1 admits exactly k releases asked at 1/k,
 /// every calibrated mechanism, both histogram relations; the (k+1)-th is refused and charges
-/// nothing. Issue 10: histogram releases say they were priced exactly, custom ones by the bound;
+/// nothing. Histogram releases say they were priced exactly, custom ones by the bound;
 /// a release f64 cannot carry is refused with `beyond-precision` and charges nothing.
 async fn exact_splits_and_exact_pricing(backend: Backend) {
     let app = spawn_app(backend).await;
@@ -2019,7 +2019,7 @@ async fn a_summary_listing_omits_outputs_and_mechanisms(backend: Backend) {
     assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
 }
 
-/// Issue 21 item 1: an empty group — a table row of zeros, or a vector of zeros — is released
+/// An empty group — a table row of zeros, or a vector of zeros — is released
 /// like any other, by every mechanism, at the price of the same request on a table without it
 /// (the price never depends on the counts); its forecast is finite and claims nothing
 /// (`l2_bound` √2: x/N does not exist). The exponential mechanism's n = 0 has one candidate,
@@ -2162,7 +2162,7 @@ async fn empty_groups_are_released_like_any_other(backend: Backend) {
     assert_eq!(released["cost"], priced["cost"]);
 }
 
-/// Issue 21 item 5: exponential parameters whose computation f64 cannot represent are refused
+/// Exponential parameters whose computation f64 cannot represent are refused
 /// with the field named, before anything is drawn or charged.
 async fn unrepresentable_exponential_parameters_are_refused(backend: Backend) {
     let app = spawn_app(backend).await;

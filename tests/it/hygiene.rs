@@ -89,7 +89,7 @@ async fn exercise(address: &str) {
         json!({"counts": [MARKER, 1], "epsilon": 0.5, "seed": MARKER}),
         json!({"counts": [MARKER, 1], "epsilon": 50}),
         json!({"table": [[MARKER, 1], [1, 1, 1]], "epsilon": 0.5}),
-        // (A row of zeros is released now, issue 21; the exponential mechanism refuses tables.)
+        // (A row of zeros is released now; the exponential mechanism refuses tables.)
         json!({"table": [[MARKER, 1], [0, 0]], "epsilon": 0.5, "mechanism": "exponential"}),
         json!({"table": [[MARKER, 1]], "counts": [MARKER, 1], "epsilon": 0.5}),
     ] {

@@ -784,6 +784,12 @@ async fn the_routes_are_the_described_operations(backend: Backend) {
         .expect(201)
         .await
         .id();
+    let population = api
+        .call("createPopulation", "/v1/populations")
+        .json(json!({"name": "routes", "budget": {"order": 2, "epsilon": 1}}))
+        .expect(201)
+        .await
+        .id();
     let mut paths: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for operation in spec.operations() {
         paths
@@ -802,8 +808,13 @@ async fn the_routes_are_the_described_operations(backend: Backend) {
         Method::HEAD,
     ];
     for (template, methods) in &paths {
+        let id = if template.starts_with("/v1/populations/") {
+            &population
+        } else {
+            &dataset
+        };
         let path = template
-            .replace("{id}", &dataset)
+            .replace("{id}", id)
             .replace("{release_id}", &release)
             .replace("{asset}", "app.js");
         let mut allowed: BTreeSet<String> =
@@ -1127,7 +1138,7 @@ async fn every_response_matches_the_description(backend: Backend) {
         json!({"counts": [30, 12], "mechanism": "exponential", "epsilon": 1}),
         json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 0.2, "prior": [2, 3]}),
         json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 0.2, "label": "a rate"}),
-        // Empty groups (issue 21): n = 0 has one candidate, the prior.
+        // Empty groups: n = 0 has one candidate, the prior.
         json!({"counts": [0, 0], "mechanism": "exponential", "epsilon": 1, "prior": [2, 3]}),
         json!({"counts": [0, 0, 0, 0], "epsilon": 0.5, "mechanism": "posterior"}),
         json!({"counts": [0, 0, 0, 0], "epsilon": 0.5, "mechanism": "laplace"}),
@@ -1169,7 +1180,7 @@ async fn every_response_matches_the_description(backend: Backend) {
         json!({"table": table, "epsilon": 0.5, "mechanism": "gaussian"}),
         json!({"table": table, "mechanism": "laplace", "scale": 4.0}),
         json!({"table": [[1, 2]], "epsilon": 0.5}),
-        // Empty groups are rows like any other (issue 21).
+        // Empty groups are rows like any other.
         json!({"table": [[0, 0, 0], [4, 0, 1], [0, 0, 0]], "epsilon": 0.5}),
         json!({"table": [[0, 0, 0], [4, 0, 1]], "epsilon": 0.5, "mechanism": "gaussian"}),
         json!({"table": [[0, 0], [0, 0]], "mechanism": "explicit", "r": 0.1, "alpha": 5.0}),
@@ -1379,7 +1390,7 @@ async fn every_response_matches_the_description(backend: Backend) {
             json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 500}),
             false,
         ),
-        // Issue 21 item 5 (schemathesis): lnΓ of β = 4.79e307 overflows; the preview answered
+        // Schemathesis: lnΓ of β = 4.79e307 overflows; the preview answered
         // 200 with a body that broke its own schema.
         (
             json!({"counts": [1, 0], "mechanism": "exponential", "epsilon": 9e-56, "prior": [5e-324, 4.79e307]}),
@@ -2576,7 +2587,7 @@ async fn reported_server_bugs(backend: Backend) {
     );
 }
 
-/// Issue 21 item 5: schemathesis found an `exponential` preview (prior [5e-324, 4.79e307],
+/// Schemathesis found an `exponential` preview (prior [5e-324, 4.79e307],
 /// ε = 9e-56) whose 200 body broke the response schema (lnΓ overflowed: `sensitivity` 0,
 /// `sensitivity_used` null). Every preview here, of every mechanism, with parameters at the edges
 /// of f64, must answer as openapi.yaml describes (`send` checks the body against the schema);

@@ -76,20 +76,24 @@ async fn populations_cap_their_datasets(backend: Backend) {
     // Each dataset alone admits 0.5, but the population's 1.0 holds only two of them.
     for d in [&a, &b] {
         let r = app
-            .post(&format!("/v1/datasets/{d}/releases"), ADMIN_TOKEN, &release(0.375))
+            .post(
+                &format!("/v1/datasets/{d}/releases"),
+                ADMIN_TOKEN,
+                &release(0.375),
+            )
             .await;
         assert_eq!(r.status(), StatusCode::CREATED);
     }
     assert_eq!(spent(&app, &people).await, 0.75);
     let refused = app
-        .post(&format!("/v1/datasets/{a}/releases"), ADMIN_TOKEN, &release(0.3125))
+        .post(
+            &format!("/v1/datasets/{a}/releases"),
+            ADMIN_TOKEN,
+            &release(0.3125),
+        )
         .await;
-    let problem = assert_problem(
-        refused,
-        StatusCode::CONFLICT,
-        "population-budget-exhausted",
-    )
-    .await;
+    let problem =
+        assert_problem(refused, StatusCode::CONFLICT, "population-budget-exhausted").await;
     assert_eq!(problem["population"], people.as_str());
     assert_eq!(problem["budget"]["remaining"], 0.25);
     // Nothing was charged by the refusal, anywhere.
@@ -108,7 +112,11 @@ async fn populations_cap_their_datasets(backend: Backend) {
     assert_eq!(budget["binding"], people.as_str());
     // What fits the population still goes.
     let fits = app
-        .post(&format!("/v1/datasets/{a}/releases"), ADMIN_TOKEN, &release(0.25))
+        .post(
+            &format!("/v1/datasets/{a}/releases"),
+            ADMIN_TOKEN,
+            &release(0.25),
+        )
         .await;
     assert_eq!(fits.status(), StatusCode::CREATED);
     assert_eq!(spent(&app, &people).await, 1.0);
@@ -116,7 +124,11 @@ async fn populations_cap_their_datasets(backend: Backend) {
     // A dataset that already spent 0.5 cannot join a population with 0.25 left; nothing changes.
     let spender = app.create_dataset(2.0, 1.0).await;
     let r = app
-        .post(&format!("/v1/datasets/{spender}/releases"), ADMIN_TOKEN, &release(0.5))
+        .post(
+            &format!("/v1/datasets/{spender}/releases"),
+            ADMIN_TOKEN,
+            &release(0.5),
+        )
         .await;
     assert_eq!(r.status(), StatusCode::CREATED);
     let small = population(
@@ -155,11 +167,18 @@ async fn populations_cap_their_datasets(backend: Backend) {
             json!({"name": "x", "budget": {"order": 2.0, "epsilon": 1.0}, "children": "some"}),
             "children",
         ),
-        (json!({"name": " ", "budget": {"order": 2.0, "epsilon": 1.0}}), "name"),
+        (
+            json!({"name": " ", "budget": {"order": 2.0, "epsilon": 1.0}}),
+            "name",
+        ),
     ] {
         let response = app.post("/v1/populations", ADMIN_TOKEN, &body).await;
-        let problem =
-            assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+        let problem = assert_problem(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
         assert_eq!(problem["field"], field, "{body}: {problem}");
     }
     let other_order = app.create_dataset(3.0, 1.0).await;
@@ -170,7 +189,12 @@ async fn populations_cap_their_datasets(backend: Backend) {
         &json!({"population": people}),
     )
     .await;
-    assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+    assert_problem(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
     let response = app
         .post(
             "/v1/datasets",
@@ -178,7 +202,12 @@ async fn populations_cap_their_datasets(backend: Backend) {
             &json!({"name": "x", "budget": {"order": 3.0, "epsilon": 1.0}, "population": people}),
         )
         .await;
-    assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+    assert_problem(
+        response,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-request",
+    )
+    .await;
 
     // Cycles: a node cannot move under itself or under its own child.
     let child = population(
@@ -195,9 +224,16 @@ async fn populations_cap_their_datasets(backend: Backend) {
             &json!({"parent": parent}),
         )
         .await;
-        let problem =
-            assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
-        assert!(problem["detail"].as_str().unwrap().contains("cycle"), "{problem}");
+        let problem = assert_problem(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
+        assert!(
+            problem["detail"].as_str().unwrap().contains("cycle"),
+            "{problem}"
+        );
     }
     let path = app
         .get_json(&format!("/v1/populations/{child}/budget"), ADMIN_TOKEN)
@@ -250,9 +286,13 @@ async fn disjoint_nodes_take_the_maximum(backend: Backend) {
     let go = |d: String, e: f64| {
         let app = &app;
         async move {
-            app.post(&format!("/v1/datasets/{d}/releases"), ADMIN_TOKEN, &release(e))
-                .await
-                .status()
+            app.post(
+                &format!("/v1/datasets/{d}/releases"),
+                ADMIN_TOKEN,
+                &release(e),
+            )
+            .await
+            .status()
         }
     };
     assert_eq!(go(n1.clone(), 0.5).await, StatusCode::CREATED);
@@ -330,7 +370,9 @@ async fn external_charges(backend: Backend) {
     // ledger grid, so at most a few grid units above).
     let body = json!({"mechanism": "gaussian", "sigma": 2.0, "sensitivity": 1.0, "count": 3,
                       "label": "dp-sgd run"});
-    let first = app.post_with_key(&charges, ADMIN_TOKEN, "run-1", &body).await;
+    let first = app
+        .post_with_key(&charges, ADMIN_TOKEN, "run-1", &body)
+        .await;
     assert_eq!(first.status(), StatusCode::CREATED);
     let first: Value = first.json().await.unwrap();
     assert_eq!(first["kind"], "external");
@@ -341,17 +383,18 @@ async fn external_charges(backend: Backend) {
     assert!((0.75..0.75 + 1e-9).contains(&cost), "{cost}");
     assert_eq!(spent(&app, &people).await, cost);
     // A retry replays, charging nothing; a different body under the key is refused.
-    let again = app.post_with_key(&charges, ADMIN_TOKEN, "run-1", &body).await;
+    let again = app
+        .post_with_key(&charges, ADMIN_TOKEN, "run-1", &body)
+        .await;
     assert_eq!(again.status(), StatusCode::CREATED);
-    assert_eq!(
-        again.headers().get("idempotent-replayed").unwrap(),
-        "true"
-    );
+    assert_eq!(again.headers().get("idempotent-replayed").unwrap(), "true");
     let again: Value = again.json().await.unwrap();
     assert_eq!(again["id"], first["id"]);
     assert_eq!(spent(&app, &people).await, cost);
     let other = json!({"mechanism": "gaussian", "sigma": 3.0, "sensitivity": 1.0});
-    let reused = app.post_with_key(&charges, ADMIN_TOKEN, "run-1", &other).await;
+    let reused = app
+        .post_with_key(&charges, ADMIN_TOKEN, "run-1", &other)
+        .await;
     assert_problem(
         reused,
         StatusCode::UNPROCESSABLE_ENTITY,
@@ -393,7 +436,12 @@ async fn external_charges(backend: Backend) {
         json!({"mechanism": "zcdp", "rho": 1.0, "sigma": 1.0}),
     ] {
         let response = app.post(&charges, ADMIN_TOKEN, &bad).await;
-        assert_problem(response, StatusCode::UNPROCESSABLE_ENTITY, "invalid-request").await;
+        assert_problem(
+            response,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-request",
+        )
+        .await;
     }
     let budget = app
         .get_json(&format!("/v1/datasets/{d}/budget"), ADMIN_TOKEN)
@@ -402,7 +450,11 @@ async fn external_charges(backend: Backend) {
 
     // A release after the charges; all three are listed, and the chain verifies.
     let r = app
-        .post(&format!("/v1/datasets/{d}/releases"), ADMIN_TOKEN, &release(0.125))
+        .post(
+            &format!("/v1/datasets/{d}/releases"),
+            ADMIN_TOKEN,
+            &release(0.125),
+        )
         .await;
     assert_eq!(r.status(), StatusCode::CREATED);
     let list = app

@@ -999,7 +999,7 @@ async fn full_frozen() {
     .await;
 }
 
-// ------------------------------------------------------------------- issue 13 (outside attack)
+// ------------------------------------------------------------------- the outside attack
 
 use crate::common::app::{assert_problem, spawn_app_with, Backend, ADMIN_TOKEN};
 
@@ -1178,7 +1178,7 @@ impl LockHolder {
     }
 }
 
-/// Issue 21 item 2: the request timeout racing a release's commit. Keyless releases under a
+/// The request timeout racing a release's commit. Keyless releases under a
 /// 60 ms request timeout, one after the other, each with a label of its own so that the ledger
 /// says which were charged. Two races: the cell count adapts (smaller after a cut, larger after
 /// a 201 within the timeout) so that the draw ends close to the deadline, before or after it;
@@ -1665,7 +1665,7 @@ async fn slow_readers_are_cut_by_the_write_timeout() {
     );
 }
 
-/// Issue 22: analysts with allocations race through three replicas sharing one PostgreSQL
+/// Analysts with allocations race through three replicas sharing one PostgreSQL
 /// database, on two datasets at once: on `roomy` the dataset's budget is more than all the
 /// requests can spend, so each allocation alone binds (and is reached exactly); on `tight`
 /// the allocations add up to more than the budget, so the dataset's cap binds. Meanwhile the
@@ -1989,7 +1989,10 @@ async fn replicas_racing_under_one_population_never_overspend_it() {
     let mut committed = 0.0;
     for d in &datasets {
         let list: Value = client
-            .get(format!("{}/v1/datasets/{d}/releases?limit=100", addresses[2]))
+            .get(format!(
+                "{}/v1/datasets/{d}/releases?limit=100",
+                addresses[2]
+            ))
             .bearer_auth(admin)
             .send()
             .await

@@ -370,6 +370,7 @@ async fn no_seed_is_accepted_or_exposed(backend: Backend) {
                 "dataset_id",
                 "distribution",
                 "id",
+                "kind",
                 "mechanism",
                 "seq"
             ]
@@ -424,7 +425,7 @@ async fn idempotency_keys_are_bound_to_their_caller(backend: Backend) {
     assert_eq!(app.budget(&id).await["releases"], 1);
 }
 
-// ------------------------------------------------------------------- issue 13 (outside attack)
+// ------------------------------------------------------------------- the outside attack
 
 /// The digits of this marker must appear in no problem document.
 const MARKER: &str = "31415926";

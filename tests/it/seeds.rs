@@ -147,8 +147,8 @@ async fn exponential_releases_a_selected_posterior(backend: Backend) {
             json!({"counts": [30, 30], "mechanism": "exponential", "epsilon": 1.0}),
             "counts",
         ),
-        // (n = 0 is released: one candidate, the prior — issue 21.) A prior whose lnΓ
-        // overflows is refused with its field (issue 21 item 5).
+        // (n = 0 is released: one candidate, the prior.) A prior whose lnΓ
+        // overflows is refused with its field.
         (
             json!({"counts": [3, 7], "mechanism": "exponential", "epsilon": 1.0, "prior": [5e-324, 4.79e307]}),
             "prior",

@@ -443,7 +443,7 @@ async fn execute_raw(f: &Fixture, sql: &str) {
     }
 }
 
-/// Issue 21 item 6: every release carries the dataset's `spent` right after its charge, so that
+/// Every release carries the dataset's `spent` right after its charge, so that
 /// a replay can answer the original 201's budget (`Dataset::budget_after`), however many
 /// releases came since — also for a row stored without the column (by a replica that predates
 /// migration 0005), which is read as the running sum of the costs.
@@ -1985,7 +1985,7 @@ async fn throwaway_postgres_serves_survives_a_restart_and_is_removed() {
     }
 }
 
-// ----- allocations and names (issue 22) -----
+// ----- allocations and names -----
 
 async fn analyst_token(store: &dyn LedgerStore, id: &str, datasets: &[Uuid]) {
     store
@@ -3071,7 +3071,9 @@ async fn grouped_releases_under_a_population_postgres() {
                 under_population: true,
                 ..new_release(*id, charge, None)
             };
-            tasks.push(tokio::spawn(async move { store.commit_release(&new).await }));
+            tasks.push(tokio::spawn(
+                async move { store.commit_release(&new).await },
+            ));
         }
     }
     let mut committed = 0;

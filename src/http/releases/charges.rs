@@ -15,8 +15,8 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::Sha256;
-use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
+use utoipa::openapi::RefOr;
 use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
@@ -231,12 +231,18 @@ impl Event {
                 sigma,
                 sensitivity,
                 count,
-            } => (external::gaussian_rdp(sigma.0, sensitivity.0, order), count.0),
+            } => (
+                external::gaussian_rdp(sigma.0, sensitivity.0, order),
+                count.0,
+            ),
             Event::Laplace {
                 scale,
                 sensitivity,
                 count,
-            } => (external::laplace_rdp(scale.0, sensitivity.0, order), count.0),
+            } => (
+                external::laplace_rdp(scale.0, sensitivity.0, order),
+                count.0,
+            ),
             Event::Pure { epsilon, count } => (external::pure_rdp(epsilon.0, order), count.0),
             Event::Zcdp { rho, count } => (external::zcdp_rdp(rho.0, order), count.0),
             Event::Rdp { epsilon, count } => (epsilon.0, count.0),
@@ -303,15 +309,26 @@ impl PartialSchema for ChargeBody {
         };
         let events = |label: bool| {
             vec![
-                variant("gaussian", &[("sigma", false), ("sensitivity", false)], label),
-                variant("laplace", &[("scale", false), ("sensitivity", false)], label),
+                variant(
+                    "gaussian",
+                    &[("sigma", false), ("sensitivity", false)],
+                    label,
+                ),
+                variant(
+                    "laplace",
+                    &[("scale", false), ("sensitivity", false)],
+                    label,
+                ),
                 variant("pure", &[("epsilon", false)], label),
                 variant("zcdp", &[("rho", false)], label),
                 variant("rdp", &[("epsilon", true)], label),
             ]
         };
         let composed = schema::closed()
-            .property("mechanism", schema::string().enum_values(Some(["composed"])))
+            .property(
+                "mechanism",
+                schema::string().enum_values(Some(["composed"])),
+            )
             .property(
                 "events",
                 schema::array(schema::one_of(events(false).into_iter().map(Into::into)))
@@ -436,7 +453,9 @@ pub(super) async fn create(
         output: Output::Vector(Vec::new()),
         label,
         row_names: None,
-        idempotency: key.zip(fingerprint).map(|(key, fingerprint)| Idempotency { key, fingerprint }),
+        idempotency: key
+            .zip(fingerprint)
+            .map(|(key, fingerprint)| Idempotency { key, fingerprint }),
         under_population: dataset.population.is_some(),
     };
     let presented = new.idempotency.as_ref().map(|i| i.fingerprint);
@@ -536,9 +555,11 @@ mod tests {
         assert!(NonNegative::try_from(0.0).is_ok());
         assert!(NonNegative::try_from(-0.5).is_err());
         assert!(Count::try_from(0).is_err());
-        let unknown = serde_json::from_str::<ChargeBody>(r#"{"mechanism":"exponential","epsilon":1}"#);
+        let unknown =
+            serde_json::from_str::<ChargeBody>(r#"{"mechanism":"exponential","epsilon":1}"#);
         assert!(unknown.is_err());
-        let extra = serde_json::from_str::<ChargeBody>(r#"{"mechanism":"pure","epsilon":1,"sigma":2}"#);
+        let extra =
+            serde_json::from_str::<ChargeBody>(r#"{"mechanism":"pure","epsilon":1,"sigma":2}"#);
         assert!(extra.is_err());
         let nested_label = serde_json::from_str::<ChargeBody>(
             r#"{"mechanism":"composed","events":[{"mechanism":"pure","epsilon":1,"label":"x"}]}"#,

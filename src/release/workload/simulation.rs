@@ -1,4 +1,4 @@
-//! Simulation checks of every forecast the planner uses (issue 22): for each mechanism, at small
+//! Simulation checks of every forecast the planner uses: for each mechanism, at small
 //! and large n and d, the planner picks ε for a target; releases are then drawn at that ε by the
 //! samplers the service runs (`release::execute_release`'s functions, with a seeded generator),
 //! at adversarial count vectors of the public total — one-hot, uniform, a two-cell split and a

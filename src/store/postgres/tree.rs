@@ -144,7 +144,10 @@ pub(super) async fn commit(
         <codec::DatasetColumns as sqlx::FromRow<_>>::from_row(&row).map_err(fail)?,
     )?;
     let stored_cells: i64 = row.try_get("stored_cells").map_err(fail)?;
-    let prev = codec::hash32(row.try_get("chain_head").map_err(fail)?, "datasets.chain_head")?;
+    let prev = codec::hash32(
+        row.try_get("chain_head").map_err(fail)?,
+        "datasets.chain_head",
+    )?;
 
     // Under the dataset's lock no other transaction is storing a release of it, so the key as
     // read now stays free until this one commits.
@@ -174,7 +177,10 @@ pub(super) async fn commit(
         return Ok(Some(CommitOutcome::Exhausted { budget }));
     }
     if let Some(scope) = &scope {
-        if let Some(total) = scope.try_get::<Option<i64>, _>("allocation_units").map_err(fail)? {
+        if let Some(total) = scope
+            .try_get::<Option<i64>, _>("allocation_units")
+            .map_err(fail)?
+        {
             let allocation = Allocation {
                 token_id: new.created_by.clone(),
                 total: codec::units(total, "token_datasets.allocation_units")?,
@@ -184,7 +190,10 @@ pub(super) async fn commit(
                 )?,
             };
             if !allocation.admits(new.cost) {
-                return Ok(Some(CommitOutcome::AllocationExhausted { allocation, budget }));
+                return Ok(Some(CommitOutcome::AllocationExhausted {
+                    allocation,
+                    budget,
+                }));
             }
         }
     }

@@ -772,7 +772,7 @@ fn response_schemas_accept_what_is_sent_and_refuse_what_is_not() {
     );
     let mechanism = json!({"kind": "dirichlet", "pricing": "exact", "r": 0.3, "alpha": 1.9, "prior": 1, "calibration": {"order": 2, "epsilon": 0.25}});
     let record = json!({
-        "id": UUID2, "dataset_id": UUID, "seq": 1, "created_at": NOW, "created_by": "admin",
+        "kind": "release", "id": UUID2, "dataset_id": UUID, "seq": 1, "created_at": NOW, "created_by": "admin",
         "distribution": [0.25, 0.75], "mechanism": mechanism, "cost": {"order": 2, "epsilon": 0.25},
     });
     let release = with(&record, "budget", budget.clone());
