@@ -16,7 +16,9 @@ reps=${2:-3}
 short=$(git rev-parse --short "$base")
 work=$PWD/target/ab
 src=$work/src-$short
-base_target=$work/target-base
+# BASE_TARGET may be the same folder as the new build's: cargo keeps the two builds of the
+# crate apart (their paths differ), and the binaries are copied out before the next build.
+base_target=${BASE_TARGET:-$work/target-base}
 new_target=${CARGO_TARGET_DIR:-$PWD/target}
 read -r -a filters <<<"${FILTERS:-parse_and_plan plan_1000 calibrate}"
 mkdir -p "$work"
@@ -25,8 +27,10 @@ mkdir -p "$work"
 echo "building base $short and the working tree (release, benches and binary)" >&2
 (cd "$src" && CARGO_TARGET_DIR=$base_target cargo bench --quiet --no-run \
   && CARGO_TARGET_DIR=$base_target cargo build --quiet --release --bin dirichlet-release)
-cargo bench --quiet --no-run
-cargo build --quiet --release --bin dirichlet-release
+cp "$base_target/release/dirichlet-release" "$work/dirichlet-release-base"
+CARGO_TARGET_DIR=$new_target cargo bench --quiet --no-run
+CARGO_TARGET_DIR=$new_target cargo build --quiet --release --bin dirichlet-release
+cp "$new_target/release/dirichlet-release" "$work/dirichlet-release-new"
 
 log=$work/criterion-$(date +%Y%m%dT%H%M%S).log
 : >"$log"
@@ -73,7 +77,7 @@ echo "criterion output: $log" >&2
 
 e2e_reps=${E2E_REPS:-2}
 if [ "$e2e_reps" -gt 0 ]; then
-  VARIANTS="new:BIN=$new_target/release/dirichlet-release base:BIN=$base_target/release/dirichlet-release" \
+  VARIANTS="new:BIN=$work/dirichlet-release-new base:BIN=$work/dirichlet-release-base" \
     REPS=$e2e_reps DURATION=${E2E_SECONDS:-10} scripts/bench-e2e.sh \
     || echo "bench-e2e: a target of its own was missed (see above)" >&2
 fi

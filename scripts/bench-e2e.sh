@@ -15,9 +15,11 @@
 # VARIANTS: an A/B in one run — space-separated NAME or NAME:VAR=VALUE[,VAR=VALUE…], one server
 # each (same binary and database; e.g. "alone:DIRICHLET_DB_COMMIT_SLOTS=0 grouped:"), run
 # back to back against the same ceilings; TOKEN=… in a variant picks its token (e.g.
-# "admin:TOKEN=admin allocated:TOKEN=allocated") and BIN=… its binary (an A/B of two builds on
+# "admin:TOKEN=admin allocated:TOKEN=allocated"), BIN=… its binary (an A/B of two builds on
 # the same database: the first variant's binary applies the migrations, so list the newer
-# first); default one variant, "service",
+# first) and SET=population its datasets: 65 twins of the standalone ones, each in a shared
+# population under a shared root population (the cost of the population path); default one
+# variant, "service",
 # REPS (1): repeat every workload, ceilings included, so that each variant's ratio to the
 # other and to the ceilings is taken pair by pair within a repetition.
 # Output: a table on stdout, one JSON object per figure in $OUT/results.jsonl and markdown
@@ -57,6 +59,7 @@ REPS=${REPS:-1}
 admin="bench-admin-$(date +%s)-token"
 bases=()
 tokens=()
+sets=()
 # One server per variant, started one after the other (the first applies the migrations).
 for variant in "${variants[@]}"; do
   name=${variant%%:*}
@@ -64,12 +67,16 @@ for variant in "${variants[@]}"; do
   [[ $variant == *:* ]] && [ -n "${variant#*:}" ] && IFS=, read -r -a extra <<<"${variant#*:}"
   token=$TOKEN
   bin=$BIN
+  set=standalone
   for i in "${!extra[@]}"; do
     [[ ${extra[$i]} == TOKEN=* ]] && { token=${extra[$i]#TOKEN=}; unset 'extra[i]'; continue; }
+    [[ ${extra[$i]} == SET=* ]] && { set=${extra[$i]#SET=}; unset 'extra[i]'; continue; }
     [[ ${extra[$i]} == BIN=* ]] && { bin=${extra[$i]#BIN=}; unset 'extra[i]'; }
   done
+  case $set in standalone | population) ;; *) echo "bench-e2e: unknown SET $set" >&2; exit 1 ;; esac
   extra=("${extra[@]}")
   tokens+=("$token")
+  sets+=("$set")
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   env ${POOL:+DIRICHLET_DB_MAX_CONNECTIONS=$POOL} DIRICHLET_DATABASE_URL="$db_url" \
     DIRICHLET_LISTEN="127.0.0.1:$port" DIRICHLET_ADMIN_TOKEN="$admin" "${extra[@]}" "$bin" \
@@ -94,9 +101,28 @@ for i in $(seq 1 65); do
 done
 hot=${ids[64]}
 spread=("${ids[@]:0:64}")
-# The bearer of each kind of token: an analyst token scoped to all 65 datasets, one more with an
+# A variant with SET=population releases into twins of the 65 datasets that sit two levels
+# down a population tree (root and child both shared, budgets no run can exhaust).
+declare -A twin=()
+all_ids=("${ids[@]}")
+if [[ " ${sets[*]} " == *" population "* ]]; then
+  new_population() { # name parent
+    curl -sSf -X POST "$base/v1/populations" -H "Authorization: Bearer $admin" \
+      -H 'Content-Type: application/json' \
+      -d "{\"name\": \"$1\", \"budget\": {\"order\": 2, \"epsilon\": 8000}${2:+, \"parent\": \"$2\"}}" | jq -r .id
+  }
+  root=$(new_population "bench root")
+  child=$(new_population "bench child" "$root")
+  for i in $(seq 1 65); do
+    twin[${ids[$((i - 1))]}]=$(curl -sSf -X POST "$base/v1/datasets" -H "Authorization: Bearer $admin" \
+      -H 'Content-Type: application/json' \
+      -d "{\"name\": \"bench population $i\", \"budget\": {\"order\": 2, \"epsilon\": 8000}, \"population\": \"$child\"}" | jq -r .id)
+    all_ids+=("${twin[${ids[$((i - 1))]}]}")
+  done
+fi
+# The bearer of each kind of token: an analyst token scoped to every dataset, one more with an
 # allocation on each (ε = 4000 of the dataset's 8000: never exhausted, checked on every release).
-scope=$(printf '"%s",' "${ids[@]}")
+scope=$(printf '"%s",' "${all_ids[@]}")
 new_analyst() {
   curl -sSf -X POST "$base/v1/tokens" -H "Authorization: Bearer $admin" \
     -H 'Content-Type: application/json' -d "{\"datasets\": [${scope%,}]}"
@@ -106,7 +132,7 @@ bearers[analyst]=$(new_analyst | jq -r .token)
 allocated=$(new_analyst)
 bearers[allocated]=$(jq -r .token <<<"$allocated")
 allocated_id=$(jq -r .id <<<"$allocated")
-for id in "${ids[@]}"; do
+for id in "${all_ids[@]}"; do
   curl -sSf -X PUT "$base/v1/datasets/$id/allocations/$allocated_id" -H "Authorization: Bearer $admin" \
     -H 'Content-Type: application/json' -d '{"epsilon": 4000}' >/dev/null
 done
@@ -163,9 +189,12 @@ emit() { # name kind json
 }
 
 run_wrk() { # name ids delay conns keyed variant-index
-  local name=$1 url=${bases[$6]}
+  local name=$1 url=${bases[$6]} ids=$2 id
   [ ${#variants[@]} -gt 1 ] && name="$1@${variants[$6]%%:*}"
-  wrk_lua "$2" "$3" "$5" "${bearers[${tokens[$6]}]}" >"$work/$name.lua"
+  if [ "${sets[$6]}" = population ]; then
+    ids=$(for id in $2; do printf '%s ' "${twin[$id]}"; done)
+  fi
+  wrk_lua "$ids" "$3" "$5" "${bearers[${tokens[$6]}]}" >"$work/$name.lua"
   local out
   out=$(wrk -t2 -c"$4" -d"${DURATION}s" --timeout 10s -s "$work/$name.lua" "$url" | sed -n 's/^RESULT //p')
   emit "$name" service "$4" "$out"
