@@ -276,54 +276,59 @@ pub enum PriceError {
     TooLarge,
 }
 
+/// The event shapes of a charge body, each with `label` or without (inside `composed`).
+fn event_variants(label: bool) -> Vec<RefOr<Schema>> {
+    let positive = || schema::above(0.0);
+    let count = || {
+        schema::integer()
+            .minimum(Some(1))
+            .maximum(Some(MAX_COUNT as f64))
+            .description(Some("Runs of the event (self-composition); default 1."))
+    };
+    let variant = |name: &str, fields: &[(&str, bool)], label: bool| {
+        let mut o = schema::closed()
+            .property("mechanism", schema::string().enum_values(Some([name])))
+            .required("mechanism");
+        for (field, non_negative) in fields {
+            o = o
+                .property(
+                    *field,
+                    if *non_negative {
+                        schema::between(0.0, f64::MAX)
+                    } else {
+                        positive()
+                    },
+                )
+                .required(*field);
+        }
+        o = o.property("count", count());
+        if label {
+            o = o.property("label", schema::component(&Label::name()));
+        }
+        o
+    };
+    let events = |label: bool| {
+        vec![
+            variant(
+                "gaussian",
+                &[("sigma", false), ("sensitivity", false)],
+                label,
+            ),
+            variant(
+                "laplace",
+                &[("scale", false), ("sensitivity", false)],
+                label,
+            ),
+            variant("pure", &[("epsilon", false)], label),
+            variant("zcdp", &[("rho", false)], label),
+            variant("rdp", &[("epsilon", true)], label),
+        ]
+    };
+    events(label).into_iter().map(Into::into).collect()
+}
+
 impl PartialSchema for ChargeBody {
     fn schema() -> RefOr<Schema> {
-        let positive = || schema::above(0.0);
-        let count = || {
-            schema::integer()
-                .minimum(Some(1))
-                .maximum(Some(MAX_COUNT as f64))
-                .description(Some("Runs of the event (self-composition); default 1."))
-        };
-        let variant = |name: &str, fields: &[(&str, bool)], label: bool| {
-            let mut o = schema::closed()
-                .property("mechanism", schema::string().enum_values(Some([name])))
-                .required("mechanism");
-            for (field, non_negative) in fields {
-                o = o
-                    .property(
-                        *field,
-                        if *non_negative {
-                            schema::between(0.0, f64::MAX)
-                        } else {
-                            positive()
-                        },
-                    )
-                    .required(*field);
-            }
-            o = o.property("count", count());
-            if label {
-                o = o.property("label", schema::component(&Label::name()));
-            }
-            o
-        };
-        let events = |label: bool| {
-            vec![
-                variant(
-                    "gaussian",
-                    &[("sigma", false), ("sensitivity", false)],
-                    label,
-                ),
-                variant(
-                    "laplace",
-                    &[("scale", false), ("sensitivity", false)],
-                    label,
-                ),
-                variant("pure", &[("epsilon", false)], label),
-                variant("zcdp", &[("rho", false)], label),
-                variant("rdp", &[("epsilon", true)], label),
-            ]
-        };
         let composed = schema::closed()
             .property(
                 "mechanism",
@@ -331,14 +336,14 @@ impl PartialSchema for ChargeBody {
             )
             .property(
                 "events",
-                schema::array(schema::one_of(events(false).into_iter().map(Into::into)))
+                schema::array(schema::component("ChargeEvent"))
                     .min_items(Some(1))
                     .max_items(Some(MAX_EVENTS)),
             )
             .property("label", schema::component(&Label::name()))
             .required("mechanism")
             .required("events");
-        let mut all: Vec<RefOr<Schema>> = events(true).into_iter().map(Into::into).collect();
+        let mut all = event_variants(true);
         all.push(composed.into());
         schema::one_of(all)
             .description(Some(
@@ -357,6 +362,17 @@ impl PartialSchema for ChargeBody {
 impl ToSchema for ChargeBody {
     fn name() -> Cow<'static, str> {
         "ChargeCreate".into()
+    }
+
+    /// A composition's events are a named schema of their own: generators read a union nested
+    /// inline in another union's array badly.
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((
+            "ChargeEvent".into(),
+            schema::one_of(event_variants(false))
+                .description(Some("One event of a `composed` charge (no `label`)."))
+                .into(),
+        ));
     }
 }
 
