@@ -1067,13 +1067,7 @@ impl LedgerStore for SqliteStore {
         dataset_id: Uuid,
         population: Option<Uuid>,
     ) -> Result<Placement, StoreError> {
-        let mut conn = self
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| store_error("place", e))?;
-        let result = place_on(&mut conn, dataset_id, true, population).await;
-        discard_on_error(&mut conn, result)
+        place(&self.pool, dataset_id, true, population).await
     }
 
     async fn set_population_parent(
@@ -1081,12 +1075,19 @@ impl LedgerStore for SqliteStore {
         id: Uuid,
         parent: Option<Uuid>,
     ) -> Result<Placement, StoreError> {
-        let mut conn = self
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| store_error("place", e))?;
-        let result = place_on(&mut conn, id, false, parent).await;
-        discard_on_error(&mut conn, result)
+        place(&self.pool, id, false, parent).await
     }
+}
+
+/// Places a dataset (`is_dataset`) or a population under `target` on a connection of its own,
+/// discarded if the placement failed midway.
+async fn place(
+    pool: &sqlx::SqlitePool,
+    id: Uuid,
+    is_dataset: bool,
+    target: Option<Uuid>,
+) -> Result<Placement, StoreError> {
+    let mut conn = pool.acquire().await.map_err(|e| store_error("place", e))?;
+    let result = place_on(&mut conn, id, is_dataset, target).await;
+    discard_on_error(&mut conn, result)
 }
