@@ -137,7 +137,11 @@ pub enum ChargeBody {
         sensitivity: Positive,
         #[serde(default = "one")]
         count: Count,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "crate::wire::non_null",
+            skip_serializing_if = "Option::is_none"
+        )]
         label: Option<String>,
     },
     Laplace {
@@ -145,33 +149,53 @@ pub enum ChargeBody {
         sensitivity: Positive,
         #[serde(default = "one")]
         count: Count,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "crate::wire::non_null",
+            skip_serializing_if = "Option::is_none"
+        )]
         label: Option<String>,
     },
     Pure {
         epsilon: Positive,
         #[serde(default = "one")]
         count: Count,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "crate::wire::non_null",
+            skip_serializing_if = "Option::is_none"
+        )]
         label: Option<String>,
     },
     Zcdp {
         rho: Positive,
         #[serde(default = "one")]
         count: Count,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "crate::wire::non_null",
+            skip_serializing_if = "Option::is_none"
+        )]
         label: Option<String>,
     },
     Rdp {
         epsilon: NonNegative,
         #[serde(default = "one")]
         count: Count,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "crate::wire::non_null",
+            skip_serializing_if = "Option::is_none"
+        )]
         label: Option<String>,
     },
     Composed {
         events: Vec<Event>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(
+            default,
+            deserialize_with = "crate::wire::non_null",
+            skip_serializing_if = "Option::is_none"
+        )]
         label: Option<String>,
     },
 }
@@ -581,5 +605,17 @@ mod tests {
             r#"{"mechanism":"composed","events":[{"mechanism":"pure","epsilon":1,"label":"x"}]}"#,
         );
         assert!(nested_label.is_err());
+        // The schema says a label is a string when present; null is not "absent".
+        for body in [
+            r#"{"mechanism":"pure","epsilon":1,"label":null}"#,
+            r#"{"mechanism":"composed","events":[{"mechanism":"pure","epsilon":1}],"label":null}"#,
+        ] {
+            assert!(serde_json::from_str::<ChargeBody>(body).is_err(), "{body}");
+        }
+        let labelled = serde_json::from_str::<ChargeBody>(
+            r#"{"mechanism":"composed","events":[{"mechanism":"pure","epsilon":1}],"label":"x"}"#,
+        )
+        .unwrap();
+        assert_eq!(labelled.split().1.as_deref(), Some("x"));
     }
 }
