@@ -226,10 +226,11 @@ pub struct NewRelease {
     /// Public names of a table's rows, stored with the release.
     pub row_names: Option<Names>,
     pub idempotency: Option<Idempotency>,
-    /// Whether the dataset was under a population when the caller read it: a hint that lets
-    /// PostgreSQL go straight to the transaction that charges the nodes. Admission never rests
-    /// on it: the stores read the dataset's population under its lock.
-    pub under_population: bool,
+    /// The dataset's population when the caller read it: a hint that lets PostgreSQL go
+    /// straight to the transaction that charges the nodes, and queue the releases of one
+    /// population for the same group. Admission never rests on it: the stores read the
+    /// dataset's population under its lock.
+    pub population: Option<Uuid>,
 }
 
 /// A stored release.

@@ -197,6 +197,7 @@ impl PgStore {
         let (distribution, dimension, table_rows) = output_columns(&new.output)?;
         Ok(Member {
             dataset_id: new.dataset_id,
+            queue: new.population.unwrap_or(new.dataset_id),
             cost: new.cost.raw(),
             id: new.id,
             created_by: new.created_by.clone(),
@@ -501,12 +502,12 @@ impl LedgerStore for PgStore {
         let member = self.member(new)?;
         let answer = match &self.groups {
             Some(groups) => groups.commit(member).await?,
-            None if new.under_population => return self.commit_with_population(new).await,
+            None if new.population.is_some() => return self.commit_with_population(new).await,
             None => commit_alone(&self.pool, &member, self.max_stored_cells).await?,
         };
         let answer = match answer {
             // The one-release statement has no step for population nodes.
-            Answer::Alone(_) if new.under_population => {
+            Answer::Alone(_) if new.population.is_some() => {
                 return self.commit_with_population(new).await;
             }
             Answer::Alone(member) => {

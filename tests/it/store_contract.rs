@@ -144,7 +144,7 @@ fn new_release(dataset_id: Uuid, cost: Units, key: Option<&str>) -> NewRelease {
             key: key.to_owned(),
             fingerprint: fingerprint(key),
         }),
-        under_population: false,
+        population: None,
     }
 }
 
@@ -3068,7 +3068,7 @@ async fn grouped_releases_under_a_population_postgres() {
         for id in &ids {
             let store = Arc::clone(&store);
             let new = NewRelease {
-                under_population: true,
+                population: Some(population.id),
                 ..new_release(*id, charge, None)
             };
             tasks.push(tokio::spawn(

@@ -496,7 +496,7 @@ pub(super) async fn create(
         idempotency: key
             .zip(fingerprint)
             .map(|(key, fingerprint)| Idempotency { key, fingerprint }),
-        under_population: dataset.population.is_some(),
+        population: dataset.population,
     };
     let presented = new.idempotency.as_ref().map(|i| i.fingerprint);
     let task_state = state.clone();

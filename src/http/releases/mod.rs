@@ -507,7 +507,7 @@ async fn create(
     // out, the commit still completes or rolls back as a whole (and a retry with the same
     // Idempotency-Key gets the stored release); it is never cut between "charged" and "stored".
     let task_state = state.clone();
-    let dataset_population = dataset.population.is_some();
+    let dataset_population = dataset.population;
     let created_by = caller.name();
     let kind = plan.kind().name();
     let asked = plan.charge;
@@ -544,7 +544,7 @@ async fn create(
                 label,
                 row_names,
                 idempotency,
-                under_population: dataset_population,
+                population: dataset_population,
             };
             let fp = new.idempotency.as_ref().map(|i| i.fingerprint);
             Ok::<_, ApiError>((task_state.store.commit_release(&new).await?, fp))

@@ -14,7 +14,12 @@
 //! its own while it forms the next group. At low load a slot is always free, so every release is
 //! a group of one and goes at once; groups grow only while every slot is busy. A release whose
 //! dataset is in a running group waits for the next group (that group holds the row's lock), so
-//! a slot never waits for a lock of its own replica's making.
+//! a slot never waits for a lock of its own replica's making. A release of a dataset in a
+//! population queues by the population instead: every release under it locks the population's
+//! rows, so two groups with its members would only run one after the other, each holding a slot
+//! and its datasets' locks while it waits; instead the population's newcomers wait for the next
+//! group and share it. (Datasets in sibling populations still meet on their common ancestors'
+//! rows, in two groups.)
 //!
 //! The ledger's rules hold member by member, as in the one-release statement: each member is
 //! admitted only if its dataset's budget, the output quota and its token's allocation all have
@@ -82,6 +87,9 @@ pub(super) const MAX_GROUP: usize = 64;
 #[derive(Debug)]
 pub(super) struct Member {
     pub dataset_id: Uuid,
+    /// What the member queues behind: its dataset's population (as the handler read it), else
+    /// its dataset. While a group holds one, the queue's newcomers wait for the next group.
+    pub queue: Uuid,
     pub cost: i64,
     pub id: Uuid,
     pub created_by: String,
@@ -178,7 +186,7 @@ impl Groups {
 #[derive(Clone)]
 struct Runner {
     pool: PgPool,
-    /// Datasets with a member in a running group.
+    /// Queues ([`Member::queue`]: datasets, populations) with a member in a running group.
     in_flight: Arc<Mutex<HashSet<Uuid>>>,
     slots: Arc<Semaphore>,
     /// Signalled when a group ends, so that releases waiting for its datasets go next.
@@ -228,17 +236,17 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
             let mut in_flight = runner.in_flight.lock().expect("in_flight lock");
             let mut joined = HashSet::new();
             for queued in runner.refuse_expired(std::mem::take(&mut pending)) {
-                if in_flight.contains(&queued.member.dataset_id)
-                    && !joined.contains(&queued.member.dataset_id)
-                {
-                    // Its dataset is being committed by a running group, which holds the row's
-                    // lock: it waits for the next group, with the dataset's other newcomers, so
-                    // that a hot dataset's releases share one transaction instead of queueing
-                    // on the lock one transaction each.
+                let queue = queued.member.queue;
+                if in_flight.contains(&queue) && !joined.contains(&queue) {
+                    // Its dataset (or population) is being committed by a running group, which
+                    // holds the row's lock: it waits for the next group, with the other
+                    // newcomers of its queue, so that a hot dataset's releases (or a
+                    // population's, which all lock its rows) share one transaction instead of
+                    // queueing on the lock one transaction each.
                     later.push_back(queued);
                 } else if group.len() < MAX_GROUP {
-                    if in_flight.insert(queued.member.dataset_id) {
-                        joined.insert(queued.member.dataset_id);
+                    if in_flight.insert(queue) {
+                        joined.insert(queue);
                     }
                     group.push(queued);
                 } else {
@@ -264,10 +272,10 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
         }
         let runner = runner.clone();
         tokio::spawn(async move {
-            let datasets: Vec<Uuid> = group.iter().map(|q| q.member.dataset_id).collect();
+            let queues: Vec<Uuid> = group.iter().map(|q| q.member.queue).collect();
             runner.commit(group).await;
             let mut in_flight = runner.in_flight.lock().expect("in_flight lock");
-            for id in datasets {
+            for id in queues {
                 in_flight.remove(&id);
             }
             drop(in_flight);
