@@ -6,6 +6,7 @@
 //! (most), named mechanisms, tables, ℓ2 and per-cell targets at 90–99 %, some given ε, some
 //! unreachable. `repeated`: the same 1,000 items drawn from 50 distinct ones (a workload of many
 //! releases of few shapes). On a replace_one dataset at λ₀ = 22 and on add_remove_one at λ₀ = 4.
+//! `plan_kl_1000`: 1,000 distinct KL-target items (`auto` and each mechanism that takes one).
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -51,6 +52,26 @@ fn item(i: usize, salt: f64) -> Value {
     v
 }
 
+/// The i-th KL item: `auto` and every mechanism that takes a KL target, d from 3 to 1,000,
+/// whole totals from 80 to 10⁶, targets of 0.02 to 0.5 nats at 90–99 %. Posterior's bound is not
+/// monotone in ε, so its items run the planner's band scan (`release::workload::search`).
+fn kl_item(i: usize) -> Value {
+    let ds = [3u64, 6, 10, 40, 100, 1000];
+    let d = ds[i % ds.len()];
+    let n = [80u64, 500, 5_000, 100_000, 1_000_000][i % 5] + i as u64;
+    let kl = [0.02, 0.05, 0.1, 0.3, 0.5][(i / 5) % 5];
+    let confidence = [0.9, 0.95, 0.99][i % 3];
+    let mechanism = [
+        "auto",
+        "posterior",
+        "dirichlet",
+        "gaussian",
+        "laplace",
+        "posterior",
+    ][(i / 7) % 6];
+    json!({"d": d, "n": n, "mechanism": mechanism, "target": {"kl": kl, "confidence": confidence}})
+}
+
 fn plan(items: Vec<Value>) -> PlanRequest {
     serde_json::from_value(json!({ "items": items })).unwrap()
 }
@@ -81,6 +102,20 @@ fn bench(c: &mut Criterion) {
         });
         g.bench_function(format!("repeated/{name}"), |b| {
             b.iter(|| plan_workload(black_box(&repeated), &ctx, remaining).unwrap())
+        });
+    }
+    g.finish();
+    // Only the new build has KL targets: no A/B, the cost of KL planning and its band scan.
+    let kl = plan((0..1000).map(kl_item).collect());
+    let mut g = c.benchmark_group("plan_kl_1000");
+    g.sample_size(20);
+    for (name, order, sens) in [
+        ("replace_one_l22", 22.0, Sensitivity::REPLACE_ONE),
+        ("add_remove_one_l4", 4.0, Sensitivity::ADD_REMOVE_ONE),
+    ] {
+        let ctx = context(order, sens);
+        g.bench_function(format!("distinct/{name}"), |b| {
+            b.iter(|| plan_workload(black_box(&kl), &ctx, remaining).unwrap())
         });
     }
     g.finish();

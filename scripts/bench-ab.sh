@@ -77,7 +77,7 @@ echo "criterion output: $log" >&2
 
 e2e_reps=${E2E_REPS:-2}
 if [ "$e2e_reps" -gt 0 ]; then
-  VARIANTS="new:BIN=$work/dirichlet-release-new base:BIN=$work/dirichlet-release-base" \
+  VARIANTS="base:BIN=$work/dirichlet-release-base new:BIN=$work/dirichlet-release-new" \
     REPS=$e2e_reps DURATION=${E2E_SECONDS:-10} scripts/bench-e2e.sh \
     || echo "bench-e2e: a target of its own was missed (see above)" >&2
 fi

@@ -16,8 +16,9 @@
 # each (same binary and database; e.g. "alone:DIRICHLET_DB_COMMIT_SLOTS=0 grouped:"), run
 # back to back against the same ceilings; TOKEN=… in a variant picks its token (e.g.
 # "admin:TOKEN=admin allocated:TOKEN=allocated"), BIN=… its binary (an A/B of two builds on
-# the same database: the first variant's binary applies the migrations, so list the newer
-# first) and SET=population its datasets: 65 twins of the standalone ones, each in a shared
+# the same database: servers start in the order listed, each applying the migrations it knows,
+# and a build refuses a database with migrations newer than its own, so list the older first;
+# the setup goes through the last) and SET=population its datasets: 65 twins of the standalone ones, each in a shared
 # population under a shared root population (the cost of the population path); default one
 # variant, "service",
 # REPS (1): repeat every workload, ceilings included, so that each variant's ratio to the
@@ -89,7 +90,9 @@ for variant in "${variants[@]}"; do
   done
   bases+=("http://127.0.0.1:$port")
 done
-base=${bases[0]}
+# The datasets, populations and tokens are made through the last server started: with an older
+# build listed first (its migrations applied first), the newest knows every route they need.
+base=${bases[-1]}
 
 # 64 spread datasets and one hot one, each with a budget no run can exhaust: ε = 8000 at order 2,
 # 0.01 per release (800,000 releases per dataset).
@@ -102,7 +105,7 @@ done
 hot=${ids[64]}
 spread=("${ids[@]:0:64}")
 # A variant with SET=population releases into twins of the 65 datasets that sit two levels
-# down a population tree (root and child both shared, budgets no run can exhaust).
+# down a population tree (root and child both shared; no run can exhaust a budget).
 declare -A twin=()
 all_ids=("${ids[@]}")
 if [[ " ${sets[*]} " == *" population "* ]]; then
@@ -119,6 +122,11 @@ if [[ " ${sets[*]} " == *" population "* ]]; then
       -d "{\"name\": \"bench population $i\", \"budget\": {\"order\": 2, \"epsilon\": 8000}, \"population\": \"$child\"}" | jq -r .id)
     all_ids+=("${twin[${ids[$((i - 1))]}]}")
   done
+  # Every release of the 65 twins is charged to both nodes: ε = 8000 at 0.01 a release lasts
+  # 800,000 releases, fewer than two population variants send in two repetitions. The bench
+  # raises the two nodes to the ledger's largest total in the database, as it does for
+  # pgbench's datasets below.
+  psql "$db_url" -qc "UPDATE populations SET total_units = 9007199254740992 WHERE id IN ('$root', '$child')"
 fi
 # The bearer of each kind of token: an analyst token scoped to every dataset, one more with an
 # allocation on each (ε = 4000 of the dataset's 8000: never exhausted, checked on every release).
