@@ -87,38 +87,43 @@ fn context(order: f64, sensitivity: Sensitivity) -> Context {
 }
 
 fn bench(c: &mut Criterion) {
-    let distinct = plan((0..1000).map(|i| item(i, i as f64)).collect());
-    let repeated = plan((0..1000).map(|i| item(i % 50, (i % 50) as f64)).collect());
     let remaining = Some(Units::floor(10.0).unwrap());
-    let mut g = c.benchmark_group("plan_1000");
-    g.sample_size(20);
-    for (name, order, sens) in [
-        ("replace_one_l22", 22.0, Sensitivity::REPLACE_ONE),
-        ("add_remove_one_l4", 4.0, Sensitivity::ADD_REMOVE_ONE),
-    ] {
-        let ctx = context(order, sens);
-        g.bench_function(format!("distinct/{name}"), |b| {
-            b.iter(|| plan_workload(black_box(&distinct), &ctx, remaining).unwrap())
-        });
-        g.bench_function(format!("repeated/{name}"), |b| {
-            b.iter(|| plan_workload(black_box(&repeated), &ctx, remaining).unwrap())
-        });
+    let groups = [
+        (
+            "plan_1000",
+            vec![
+                (
+                    "distinct",
+                    plan((0..1000).map(|i| item(i, i as f64)).collect()),
+                ),
+                (
+                    "repeated",
+                    plan((0..1000).map(|i| item(i % 50, (i % 50) as f64)).collect()),
+                ),
+            ],
+        ),
+        // The cost of KL planning, posterior's band scan included.
+        (
+            "plan_kl_1000",
+            vec![("distinct", plan((0..1000).map(kl_item).collect()))],
+        ),
+    ];
+    for (group, plans) in &groups {
+        let mut g = c.benchmark_group(*group);
+        g.sample_size(20);
+        for (name, order, sens) in [
+            ("replace_one_l22", 22.0, Sensitivity::REPLACE_ONE),
+            ("add_remove_one_l4", 4.0, Sensitivity::ADD_REMOVE_ONE),
+        ] {
+            let ctx = context(order, sens);
+            for (kind, items) in plans {
+                g.bench_function(format!("{kind}/{name}"), |b| {
+                    b.iter(|| plan_workload(black_box(items), &ctx, remaining).unwrap())
+                });
+            }
+        }
+        g.finish();
     }
-    g.finish();
-    // Only the new build has KL targets: no A/B, the cost of KL planning and its band scan.
-    let kl = plan((0..1000).map(kl_item).collect());
-    let mut g = c.benchmark_group("plan_kl_1000");
-    g.sample_size(20);
-    for (name, order, sens) in [
-        ("replace_one_l22", 22.0, Sensitivity::REPLACE_ONE),
-        ("add_remove_one_l4", 4.0, Sensitivity::ADD_REMOVE_ONE),
-    ] {
-        let ctx = context(order, sens);
-        g.bench_function(format!("distinct/{name}"), |b| {
-            b.iter(|| plan_workload(black_box(&kl), &ctx, remaining).unwrap())
-        });
-    }
-    g.finish();
 }
 
 criterion_group!(benches, bench);
