@@ -302,53 +302,37 @@ pub enum PriceError {
 
 /// The event shapes of a charge body, each with `label` or without (inside `composed`).
 fn event_variants(label: bool) -> Vec<RefOr<Schema>> {
-    let positive = || schema::above(0.0);
-    let count = || {
-        schema::integer()
-            .minimum(Some(1))
-            .maximum(Some(MAX_COUNT as f64))
-            .description(Some("Runs of the event (self-composition); default 1."))
-    };
-    let variant = |name: &str, fields: &[(&str, bool)], label: bool| {
+    let variant = |name: &str, fields: &[(&str, bool)]| {
         let mut o = schema::closed()
             .property("mechanism", schema::string().enum_values(Some([name])))
             .required("mechanism");
-        for (field, non_negative) in fields {
-            o = o
-                .property(
-                    *field,
-                    if *non_negative {
-                        schema::between(0.0, f64::MAX)
-                    } else {
-                        positive()
-                    },
-                )
-                .required(*field);
+        for &(field, non_negative) in fields {
+            let range = if non_negative {
+                schema::between(0.0, f64::MAX)
+            } else {
+                schema::above(0.0)
+            };
+            o = o.property(field, range).required(field);
         }
-        o = o.property("count", count());
+        o = o.property(
+            "count",
+            schema::integer()
+                .minimum(Some(1))
+                .maximum(Some(MAX_COUNT as f64))
+                .description(Some("Runs of the event (self-composition); default 1.")),
+        );
         if label {
             o = o.property("label", schema::component(&Label::name()));
         }
-        o
+        RefOr::from(o)
     };
-    let events = |label: bool| {
-        vec![
-            variant(
-                "gaussian",
-                &[("sigma", false), ("sensitivity", false)],
-                label,
-            ),
-            variant(
-                "laplace",
-                &[("scale", false), ("sensitivity", false)],
-                label,
-            ),
-            variant("pure", &[("epsilon", false)], label),
-            variant("zcdp", &[("rho", false)], label),
-            variant("rdp", &[("epsilon", true)], label),
-        ]
-    };
-    events(label).into_iter().map(Into::into).collect()
+    vec![
+        variant("gaussian", &[("sigma", false), ("sensitivity", false)]),
+        variant("laplace", &[("scale", false), ("sensitivity", false)]),
+        variant("pure", &[("epsilon", false)]),
+        variant("zcdp", &[("rho", false)]),
+        variant("rdp", &[("epsilon", true)]),
+    ]
 }
 
 impl PartialSchema for ChargeBody {
