@@ -182,6 +182,21 @@ pub async fn assert_problem(response: Response, status: StatusCode, slug: &str) 
     body
 }
 
+/// [`assert_problem`], and its `detail` names `needle` (what the client is told to fix).
+pub async fn assert_problem_about(
+    response: Response,
+    status: StatusCode,
+    slug: &str,
+    needle: &str,
+) -> Value {
+    let problem = assert_problem(response, status, slug).await;
+    assert!(
+        problem["detail"].as_str().unwrap().contains(needle),
+        "{needle} not in {problem}"
+    );
+    problem
+}
+
 /// Generate a `#[tokio::test]` per backend for each listed async fn taking a `Backend`.
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
