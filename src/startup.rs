@@ -15,7 +15,7 @@ use crate::access::{generate_admin_token, random_bytes, sha256};
 use crate::config::Settings;
 use crate::http::limits::WriteTimeout;
 use crate::http::metrics::Metrics;
-use crate::http::{router, AppState, Keys};
+use crate::http::{router, AppState, Keys, Shared};
 use crate::ledger::{LedgerStore, StoreError};
 use crate::store::{self, deferred::Deferred, StoreOptions};
 use secrecy::ExposeSecret;
@@ -135,7 +135,7 @@ impl Application {
             keys.clone(),
             progress,
         ));
-        let state = AppState {
+        let state = AppState::new(Shared {
             store,
             keys,
             bodies: Arc::new(crate::http::limits::Bodies::new(
@@ -146,7 +146,7 @@ impl Application {
             tasks: TaskTracker::new(),
             caches: Default::default(),
             planner,
-        };
+        });
         Ok(Application {
             listener,
             state,

@@ -40,8 +40,29 @@ use crate::ledger::LedgerStore;
 use error::ApiError;
 use metrics::Metrics;
 
+/// What every handler and middleware shares. Axum clones the state for each extractor and
+/// layer that asks for it, several times a request: one reference count to bump, not the twenty
+/// or so of the fields' own `Arc`s (their clones and drops were about a sixth of the server's
+/// CPU under the spread benchmark, BENCHMARKS.md, "Keyed releases at the one-statement ceiling").
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The fields of [`AppState`].
+pub struct Shared {
     /// Answers `Unavailable` until start-up has connected to the database
     /// (`store::deferred::Deferred`).
     pub store: Arc<dyn LedgerStore>,
