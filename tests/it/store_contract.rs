@@ -94,6 +94,58 @@ contract_tests! {
     allocations_bound_their_token_under_the_dataset_cap => allocations_bound_their_token_under_the_dataset_cap_sqlite, allocations_bound_their_token_under_the_dataset_cap_postgres;
     concurrent_releases_never_overrun_an_allocation => concurrent_releases_never_overrun_an_allocation_sqlite, concurrent_releases_never_overrun_an_allocation_postgres;
     names_round_trip => names_round_trip_sqlite, names_round_trip_postgres;
+    a_stale_population_hint_still_charges_the_population => a_stale_population_hint_still_charges_the_population_sqlite, a_stale_population_hint_still_charges_the_population_postgres;
+}
+
+/// A release whose caller read its dataset before the dataset joined a population (its
+/// `population` hint says none) is still charged to the population, and refused once the
+/// population is spent, although the dataset alone has room: the stores read the population
+/// under the dataset's lock. On PostgreSQL such a release goes to the group statement without
+/// population steps, which must leave it to the statement that charges the nodes.
+async fn a_stale_population_hint_still_charges_the_population(f: Fixture) {
+    let store = f.store;
+    let population = store
+        .create_population(&NewPopulation {
+            id: Uuid::now_v7(),
+            name: DatasetName::new("joined later").unwrap(),
+            order: Order::new(8.0).unwrap(),
+            total: Units::floor(1.0).unwrap(),
+            dp_target: None,
+            parent: None,
+            children: Children::Shared,
+            created_by: "admin".into(),
+        })
+        .await
+        .unwrap();
+    let id = store
+        .create_dataset(&new_dataset("standalone at first", 10.0))
+        .await
+        .unwrap()
+        .id;
+    store
+        .set_dataset_population(id, Some(population.id))
+        .await
+        .unwrap();
+    let charge = cost(0.25);
+    let mut committed = 0;
+    for _ in 0..5 {
+        // The hint as a caller that read the dataset before the move holds it.
+        match store
+            .commit_release(&new_release(id, charge, None))
+            .await
+            .unwrap()
+        {
+            CommitOutcome::Committed { .. } => committed += 1,
+            CommitOutcome::PopulationExhausted { refusal, .. } => {
+                assert_eq!(refusal.id, population.id)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(committed, 4, "1.0 / 0.25 releases fit the population");
+    let node = store.get_population(population.id).await.unwrap().unwrap();
+    assert_eq!(node.spent.raw(), 4 * charge.raw());
+    assert_eq!(dataset(&*store, id).await.spent.raw(), 4 * charge.raw());
 }
 
 // ----- fixtures -----

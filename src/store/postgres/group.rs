@@ -66,7 +66,7 @@
 //! slower, never charged twice.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -103,6 +103,14 @@ pub(super) struct Member {
     pub row_names: Option<String>,
     pub idempotency_key: Option<String>,
     pub fingerprint: Option<Vec<u8>>,
+}
+
+impl Member {
+    /// Its dataset had a population when the handler read it (a hint: the statements read the
+    /// dataset's population under its lock).
+    fn under_population(&self) -> bool {
+        self.queue != self.dataset_id
+    }
 }
 
 /// What the statement that carried a member said of it.
@@ -375,7 +383,14 @@ impl Runner {
             .acquire()
             .await
             .map_err(|e| GroupError::NotSent(store_error("commit_release", e)))?;
-        let result = sqlx::query(COMMIT_GROUP)
+        // Most groups carry no dataset of a population: their statement leaves the population
+        // steps out (BENCHMARKS.md, "Keyed releases at the one-statement ceiling").
+        let sql = if members.iter().any(Member::under_population) {
+            COMMIT_GROUP
+        } else {
+            COMMIT_GROUP_STANDALONE.as_str()
+        };
+        let result = sqlx::query(sql)
             .bind(column(members, |m| m.dataset_id))
             .bind(column(members, |m| m.cost))
             .bind(column(members, |m| m.id))
@@ -444,6 +459,49 @@ pub(super) fn decode(row: &PgRow) -> Result<Answer, StoreError> {
             })
         }
     }
+}
+
+/// [`COMMIT_GROUP`] for a group none of whose members' datasets had a population when the
+/// handler read them, with the population steps cut out: even with every path empty, they cost
+/// a few per cent of the spread rate. It attempts only the datasets that have no population under
+/// the lock (`population_id IS NULL`, where the full statement has `pathed`); a member whose
+/// dataset joined a population after the handler's read is not attempted and commits alone,
+/// where the dataset's population is read again (`PgStore::commit_release`).
+static COMMIT_GROUP_STANDALONE: LazyLock<String> = LazyLock::new(|| standalone(COMMIT_GROUP));
+
+/// `full` without its population steps (see [`COMMIT_GROUP_STANDALONE`]).
+fn standalone(full: &str) -> String {
+    fn cut(sql: &str, from: &str, to: &str) -> String {
+        let start = sql
+            .find(from)
+            .unwrap_or_else(|| panic!("no {from:?} in COMMIT_GROUP"));
+        let end = start
+            + sql[start..]
+                .find(to)
+                .unwrap_or_else(|| panic!("no {to:?} after {from:?} in COMMIT_GROUP"));
+        format!("{}{}", &sql[..start], &sql[end..])
+    }
+    fn replace(sql: &str, from: &str, to: &str) -> String {
+        assert_eq!(
+            sql.matches(from).count(),
+            1,
+            "{from:?} once in COMMIT_GROUP"
+        );
+        sql.replace(from, to)
+    }
+    let sql = cut(full, "), paths AS", "), keys AS");
+    let sql = cut(&sql, "), node_sums AS", "), attempted AS");
+    let sql = cut(&sql, "), pop_charged AS", "), recorded AS");
+    let sql = replace(
+        &sql,
+        "NOT EXISTS (SELECT 1 FROM node_sums s WHERE s.ord = r.ord AND NOT s.fits) AS pop_fits",
+        "true AS pop_fits",
+    );
+    replace(
+        &sql,
+        "l.id IN (SELECT id FROM pathed)",
+        "l.population_id IS NULL",
+    )
 }
 
 /// The group's statement: `COMMIT_RELEASE` (see there) for many members at once. Each step is a
@@ -646,3 +704,51 @@ SELECT input.ord,
   LEFT JOIN keys k ON k.ord = input.ord
   LEFT JOIN recorded f ON f.id = k.first AND k.first <> input.release_id
  ORDER BY input.ord";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The standalone statement is the full one without a single population step: it names no
+    /// population table or step, and keeps every other step.
+    #[test]
+    fn the_standalone_statement_has_no_population_step() {
+        let lean = COMMIT_GROUP_STANDALONE.as_str();
+        for gone in [
+            "populations",
+            "paths",
+            "nodes",
+            "pathed",
+            "node_sums",
+            "pop_charged",
+        ] {
+            assert!(
+                COMMIT_GROUP.contains(gone),
+                "{gone} is in the full statement"
+            );
+            assert!(
+                !lean.contains(gone),
+                "{gone} is left in the standalone statement"
+            );
+        }
+        for kept in [
+            "input AS",
+            "tokens AS",
+            "ready AS",
+            "ledgers AS",
+            "keys AS",
+            "candidates AS",
+            "attempted AS",
+            "judged AS",
+            "chain AS",
+            "admitted AS",
+            "charged AS",
+            "allocated AS",
+            "recorded AS",
+            "AND l.population_id IS NULL",
+        ] {
+            assert!(lean.contains(kept), "{kept} is kept");
+        }
+        assert!(lean.len() < COMMIT_GROUP.len());
+    }
+}
