@@ -43,7 +43,7 @@ impl Default for StoreOptions {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
             max_stored_cells: u64::MAX,
-            commit_slots: 2,
+            commit_slots: 1,
         }
     }
 }
