@@ -105,16 +105,7 @@ contract_tests! {
 async fn a_stale_population_hint_still_charges_the_population(f: Fixture) {
     let store = f.store;
     let population = store
-        .create_population(&NewPopulation {
-            id: Uuid::now_v7(),
-            name: DatasetName::new("joined later").unwrap(),
-            order: Order::new(8.0).unwrap(),
-            total: Units::floor(1.0).unwrap(),
-            dp_target: None,
-            parent: None,
-            children: Children::Shared,
-            created_by: "admin".into(),
-        })
+        .create_population(&new_population("joined later", 1.0))
         .await
         .unwrap();
     let id = store
@@ -174,6 +165,20 @@ fn fingerprint(seed: &str) -> [u8; 32] {
         bytes[i] = b.wrapping_add(i as u8);
     }
     bytes
+}
+
+/// A root population of `total` ε at order 8 (the datasets' order), shared by its children.
+fn new_population(name: &str, total: f64) -> NewPopulation {
+    NewPopulation {
+        id: Uuid::now_v7(),
+        name: DatasetName::new(name).unwrap(),
+        order: Order::new(8.0).unwrap(),
+        total: Units::floor(total).unwrap(),
+        dp_target: None,
+        parent: None,
+        children: Children::Shared,
+        created_by: "admin".into(),
+    }
 }
 
 fn new_release(dataset_id: Uuid, cost: Units, key: Option<&str>) -> NewRelease {
@@ -3095,16 +3100,7 @@ async fn grouped_releases_under_a_population_postgres() {
     let store = one_slot(&url).await;
     let charge = cost(0.125);
     let population = store
-        .create_population(&NewPopulation {
-            id: Uuid::now_v7(),
-            name: DatasetName::new("everyone").unwrap(),
-            order: Order::new(8.0).unwrap(),
-            total: Units::floor(2.0).unwrap(),
-            dp_target: None,
-            parent: None,
-            children: Children::Shared,
-            created_by: "admin".into(),
-        })
+        .create_population(&new_population("everyone", 2.0))
         .await
         .unwrap();
     let mut ids = Vec::new();
