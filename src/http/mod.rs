@@ -47,12 +47,6 @@ use metrics::Metrics;
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 
-impl AppState {
-    pub fn new(shared: Shared) -> Self {
-        Self(Arc::new(shared))
-    }
-}
-
 impl std::ops::Deref for AppState {
     type Target = Shared;
 
@@ -91,6 +85,10 @@ pub struct Keys {
 }
 
 impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+
     /// The keys, or 503 while start-up has not connected to the database.
     pub fn keys(&self) -> Result<&Keys, ApiError> {
         self.keys.get().ok_or(ApiError::Unavailable)
