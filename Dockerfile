@@ -1,16 +1,16 @@
 # syntax=docker/dockerfile:1
 #
-# dirichlet-release: build with `docker build -t dirichlet-release .` (or scripts/container-test.sh,
+# dirichlet-release: build with `docker build -t dirichlet-release .` (or scripts/ci/container-test.sh,
 # which also builds where no registry is reachable, and tests the image), run with
 #   docker run -p 8080:8080 -e DIRICHLET_ADMIN_TOKEN=... -e DIRICHLET_FINGERPRINT_KEY=... \
 #              -e DIRICHLET_DATABASE_URL=postgres://USER:PASSWORD@HOST:5432/DB dirichlet-release
 # Without DIRICHLET_DATABASE_URL the service keeps a SQLite file in /var/lib/dirichlet-release
 # (mount a volume there to keep it). config/default.toml and migrations/ are compiled into the
 # binary, so the runtime image holds the binary only.
-# scripts/docker-cmd-on-host.sh reads the ENV and ENTRYPOINT lines of the last stage below and runs
+# scripts/ci/docker-cmd-on-host.sh reads the ENV and ENTRYPOINT lines of the last stage below and runs
 # the same command on the host (CI): keep them single key=value pairs and exec form.
 #
-# The base images are arguments so that scripts/container-test.sh can substitute equivalents
+# The base images are arguments so that scripts/ci/container-test.sh can substitute equivalents
 # bootstrapped from the Debian archive when no registry is reachable; by default they are the
 # official images.
 ARG RUST_IMAGE=rust:1-bookworm
@@ -38,7 +38,7 @@ ENV CARGO_TERM_COLOR=never \
 # must be built with them too, or the second build would recompile everything.
 #
 # Fetching crates may need the build host's CA bundle (a network that inspects TLS) and cargo
-# settings: scripts/container-test.sh passes them as build secrets, mounted read-only for the
+# settings: scripts/ci/container-test.sh passes them as build secrets, mounted read-only for the
 # fetching step alone and never stored in a layer (`--secret id=cargo_cainfo,src=…` and
 # `--secret id=cargo_config,src=…`); without them cargo uses the image's own CA bundle and
 # crates.io.

@@ -30,7 +30,7 @@
 //! to run; the planned ones are exact.
 //!
 //! ```sh
-//! scripts/sweep.sh                                   # full grid, release build, then the figure
+//! scripts/research/sweep.sh                                   # full grid, release build, then the figure
 //! cargo run --release --example sweep                # full grid: target/sweep/sweep.csv
 //! cargo run --example sweep -- --short               # a small grid, 200 draws (CI)
 //! ```

@@ -10,7 +10,7 @@
 //!
 //! Mainstream client generators build a model from an object's `properties` and ignore
 //! assertion-only subschemas, so assertions keep the description as strict as the server without
-//! costing a generated client anything (scripts/openapi-client.sh checks one).
+//! costing a generated client anything (scripts/ci/openapi-client.sh checks one).
 
 use serde_json::Value;
 use utoipa::openapi::extensions::Extensions;

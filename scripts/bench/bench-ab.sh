@@ -2,16 +2,16 @@
 # An A/B of this checkout against a base commit, in one run: the criterion benchmarks of the
 # request path (parse_and_plan: d = 6 and d = 10⁶), the planner (plan_1000) and calibration
 # (calibrate), run base, new, base, new… so that drift in the machine's load falls on both;
-# then scripts/bench-e2e.sh's workloads with both binaries as VARIANTS (its own pairing).
+# then scripts/bench/bench-e2e.sh's workloads with both binaries as VARIANTS (its own pairing).
 #
-# Usage: scripts/bench-ab.sh BASE_COMMIT [REPS]    (REPS: criterion pairs, default 3)
+# Usage: scripts/bench/bench-ab.sh BASE_COMMIT [REPS]    (REPS: criterion pairs, default 3)
 # Environment: E2E_REPS (bench-e2e's REPS, default 2; 0 skips it), E2E_SECONDS (its DURATION,
 #   default 10), FILTERS (criterion filters). bench-e2e's own targets are reported, not fatal.
 # The base is checked out as a git worktree under target/ab/ and built there once; a
 # benchmark the base lacks is reported for the new build only.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-base=${1:?usage: scripts/bench-ab.sh BASE_COMMIT [REPS]}
+cd "$(dirname "$0")/../.."
+base=${1:?usage: scripts/bench/bench-ab.sh BASE_COMMIT [REPS]}
 reps=${2:-3}
 short=$(git rev-parse --short "$base")
 work=$PWD/target/ab
@@ -78,6 +78,6 @@ echo "criterion output: $log" >&2
 e2e_reps=${E2E_REPS:-2}
 if [ "$e2e_reps" -gt 0 ]; then
   VARIANTS="base:BIN=$work/dirichlet-release-base new:BIN=$work/dirichlet-release-new" \
-    REPS=$e2e_reps DURATION=${E2E_SECONDS:-10} scripts/bench-e2e.sh \
+    REPS=$e2e_reps DURATION=${E2E_SECONDS:-10} scripts/bench/bench-e2e.sh \
     || echo "bench-e2e: a target of its own was missed (see above)" >&2
 fi

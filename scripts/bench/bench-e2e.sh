@@ -3,8 +3,8 @@
 # the ceiling measured in the same run: pgbench running the minimal per-release ledger
 # transaction on the same schema (the service's own migrations), at the same concurrency.
 #
-#   scripts/bench-e2e.sh            full run (DURATION=20 s per workload), targets checked
-#   scripts/bench-e2e.sh --short    a few seconds per workload, no targets asserted (CI)
+#   scripts/bench/bench-e2e.sh            full run (DURATION=20 s per workload), targets checked
+#   scripts/bench/bench-e2e.sh --short    a few seconds per workload, no targets asserted (CI)
 #
 # Environment: BIN (default $CARGO_TARGET_DIR/release/dirichlet-release, built if missing),
 # DIRICHLET_TEST_POSTGRES_URL (admin URL, default postgres://postgres@127.0.0.1:5432/postgres),
@@ -26,7 +26,7 @@
 # Output: a table on stdout, one JSON object per figure in $OUT/results.jsonl and markdown
 # rows in $OUT/results.md; with several variants, their ratios per repetition too.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 short=0
 [ "${1:-}" = "--short" ] && short=1

@@ -6,7 +6,7 @@
 # second is tps × N. What the statement costs per group and per member, apart from HTTP, the
 # sampler and the load generator: change the statement, run this before and after.
 #
-#   scripts/bench-group-statement.sh            N = 4, 16 and 64; 8 s per variant
+#   scripts/bench/bench-group-statement.sh            N = 4, 16 and 64; 8 s per variant
 #
 # Environment: SIZES ("4 16 64"), SECONDS_EACH (8), CLIENTS (2), VARIANTS ("full full_keyed
 # standalone standalone_keyed"), BIN (the service binary that applies the migrations, default
@@ -17,7 +17,7 @@
 # variants draw a fresh key and fingerprint per member there, a few per cent of their time), and
 # the rest of the statement is the service's, byte for byte.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 SIZES=${SIZES:-4 16 64}
 SECONDS_EACH=${SECONDS_EACH:-8}
 CLIENTS=${CLIENTS:-2}

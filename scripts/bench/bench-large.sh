@@ -3,10 +3,10 @@
 # JSON out) against a release build on a fresh PostgreSQL database, timed by curl, and the
 # server's peak RSS (VmHWM) before and after. REPS releases (default 3), each timed.
 #
-#   scripts/bench-large.sh
+#   scripts/bench/bench-large.sh
 # Output: a table on stdout and JSON lines in $OUT/large.jsonl.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 REPS=${REPS:-3}
 DIM=${DIM:-1000000}
 target_dir=${CARGO_TARGET_DIR:-target}
@@ -14,8 +14,8 @@ BIN=${BIN:-$target_dir/release/dirichlet-release}
 OUT=${OUT:-$target_dir/bench-e2e}
 [ -x "$BIN" ] || cargo build --release --quiet --bin dirichlet-release
 mkdir -p "$OUT"
-# shellcheck source=scripts/serve.sh
-. scripts/serve.sh
+# shellcheck source=scripts/ops/serve.sh
+. scripts/ops/serve.sh
 serve postgres "$BIN"
 work=$serve_work pid=$SERVER_PID base=$BASE admin=$ADMIN
 ds=$(curl -sSf -X POST "$base/v1/datasets" -H "Authorization: Bearer $admin" -H 'Content-Type: application/json' \

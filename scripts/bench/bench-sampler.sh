@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # Dirichlet sampling throughput of the service's sampler (criterion, benches/privacy.rs, group
 # sample_dirichlet/histogram) against numpy's Generator.dirichlet on the same shapes, in the same
-# run, at d = 16, 1,000 and 1,000,000. numpy runs in target/tools-venv (scripts/tools-venv.sh).
+# run, at d = 16, 1,000 and 1,000,000. numpy runs in target/tools-venv (scripts/ci/tools-venv.sh).
 # The sampler is measured twice, with one rayon thread and with two (RAYON_NUM_THREADS), so the
 # table separates the single-core speed from the use of both cores; numpy is single-threaded.
 #
-#   scripts/bench-sampler.sh
+#   scripts/bench/bench-sampler.sh
 # Output: a table on stdout and one JSON object per dimension in $OUT/sampler.jsonl; exit 1 if
 # the two-thread sampler is below 1.8x numpy at d = 1,000,000 (the target).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 target_dir=${CARGO_TARGET_DIR:-target}
 export TOOLS_VENV=${TOOLS_VENV:-$target_dir/tools-venv}
-# shellcheck source=scripts/tools-venv.sh
-. scripts/tools-venv.sh
+# shellcheck source=scripts/ci/tools-venv.sh
+. scripts/ci/tools-venv.sh
 tools_venv numpy==2.2.6
 target_dir=${CARGO_TARGET_DIR:-target}
 OUT=${OUT:-$target_dir/bench-e2e}

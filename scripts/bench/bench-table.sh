@@ -5,15 +5,15 @@
 # alike; and, for contrast, the same table released as ROWS separate vector releases (one
 # keep-alive connection, one request after the other).
 #
-#   scripts/bench-table.sh            REPS=30 interleaved pairs, SEPARATE=3 runs of ROWS vectors
-#   scripts/bench-table.sh --short    REPS=5, SEPARATE=1 (CI)
+#   scripts/bench/bench-table.sh            REPS=30 interleaved pairs, SEPARATE=3 runs of ROWS vectors
+#   scripts/bench/bench-table.sh --short    REPS=5, SEPARATE=1 (CI)
 #
 # Environment: BIN (default $CARGO_TARGET_DIR/release/dirichlet-release, built if missing),
 # DIRICHLET_TEST_POSTGRES_URL (admin URL, default postgres://postgres@127.0.0.1:5432/postgres),
 # ROWS, CELLS, REPS, SEPARATE, OUT (default target/bench-e2e).
 # Output: a table on stdout and JSON lines in $OUT/table.jsonl.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 short=0
 [ "${1:-}" = "--short" ] && short=1
@@ -29,8 +29,8 @@ for tool in psql jq curl python3; do
 done
 [ -x "$BIN" ] || cargo build --release --quiet --bin dirichlet-release
 mkdir -p "$OUT"
-# shellcheck source=scripts/serve.sh
-. scripts/serve.sh
+# shellcheck source=scripts/ops/serve.sh
+. scripts/ops/serve.sh
 serve postgres "$BIN"
 work=$serve_work pid=$SERVER_PID base=$BASE admin=$ADMIN
 # A budget no run exhausts: ε = 8000 at order 2, 0.01 per release.

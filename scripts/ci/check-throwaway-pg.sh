@@ -1,9 +1,9 @@
 #!/bin/sh
 # Runs the test suite on throwaway PostgreSQL servers only (as on a machine without a running
 # PostgreSQL), then checks that every server the run started is gone with its directory.
-# Usage: scripts/check-throwaway-pg.sh [cargo test arguments...]
+# Usage: scripts/ci/check-throwaway-pg.sh [cargo test arguments...]
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 tmp=${TMPDIR:-/tmp}
 before=$(ls -d "$tmp"/dirichlet-pg-* 2>/dev/null | sort || true)
 

@@ -4,11 +4,11 @@
 # tests/console/package-lock.json), starts the server on a free port with a fresh database and
 # runs the scenario. Screenshots are written to target/console-artifacts/<backend>/.
 #
-#   scripts/console-test.sh              (a temporary SQLite file)
-#   scripts/console-test.sh postgres     (a fresh database on DIRICHLET_TEST_POSTGRES_URL's server)
-#   BIN=target/release/dirichlet-release scripts/console-test.sh
+#   scripts/ci/console-test.sh              (a temporary SQLite file)
+#   scripts/ci/console-test.sh postgres     (a fresh database on DIRICHLET_TEST_POSTGRES_URL's server)
+#   BIN=target/release/dirichlet-release scripts/ci/console-test.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 backend=${1:-sqlite}
 need_apt=()
@@ -24,8 +24,8 @@ if [ ! -d tests/console/node_modules/playwright-core ]; then
   (cd tests/console && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-# shellcheck source=scripts/serve.sh
-source scripts/serve.sh
+# shellcheck source=scripts/ops/serve.sh
+source scripts/ops/serve.sh
 case "$backend" in
   sqlite|postgres) ;;
   *) echo "usage: $0 [sqlite|postgres]" >&2; exit 2 ;;

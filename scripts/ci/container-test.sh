@@ -26,7 +26,7 @@
 #     crate's rust-version): a Debian-built toolchain from the archive, nothing copied from this
 #     host;
 #   - for postgres:15 (compose.yaml), Debian's postgresql-15 on that slim base with
-#     scripts/container/postgres-entrypoint.sh, tagged docker.io/library/postgres:15 in this
+#     scripts/ci/container/postgres-entrypoint.sh, tagged docker.io/library/postgres:15 in this
 #     script's private image store so that compose.yaml's service uses it unchanged.
 # The bootstrapped tarballs are cached under target/container/bases for a week (security fixes),
 # keyed by their recipe; REFRESH_BASES=1 rebuilds them.
@@ -42,10 +42,10 @@
 # what a sandboxed root needs (each setting says why). Installs what is missing with apt-get
 # (podman, runc, iptables, uidmap, mmdebstrap, podman-compose, curl, jq, postgresql-client).
 #
-# Usage: scripts/container-test.sh          (ENGINE=docker|podman, BASES=auto|bootstrap|official,
+# Usage: scripts/ci/container-test.sh          (ENGINE=docker|podman, BASES=auto|bootstrap|official,
 #                                            IMAGE=name:tag, KEEP=1 keeps the test containers)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 repo=$PWD
 work=$repo/target/container
 mkdir -p "$work/bases"
@@ -198,7 +198,7 @@ if [[ $bases == bootstrap ]]; then
   # shellcheck disable=SC2016
   bootstrap postgres docker.io/library/postgres:15 "${slim[@]}" --include=postgresql-15 \
     --essential-hook='mkdir -p "$1/etc/postgresql-common/createcluster.d" && echo "create_main_cluster = false" > "$1/etc/postgresql-common/createcluster.d/no-main-cluster.conf"' \
-    --customize-hook="copy-in $repo/scripts/container/postgres-entrypoint.sh /usr/local/bin" \
+    --customize-hook="copy-in $repo/scripts/ci/container/postgres-entrypoint.sh /usr/local/bin" \
     --customize-hook='mv "$1/usr/local/bin/postgres-entrypoint.sh" "$1/usr/local/bin/docker-entrypoint.sh"'
   build_args=(--pull=never
               --build-arg RUST_IMAGE=localhost/dirichlet-bootstrap/rust:bookworm

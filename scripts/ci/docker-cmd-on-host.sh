@@ -16,14 +16,14 @@
 #     handler ignores it and is killed after docker's grace period).
 # Exits non-zero on any failure and prints the server's log.
 #
-# Usage: scripts/docker-cmd-on-host.sh POSTGRES_URL [BINARY]
+# Usage: scripts/ci/docker-cmd-on-host.sh POSTGRES_URL [BINARY]
 #   BINARY (or env BIN) defaults to target/release/dirichlet-release, else target/debug/dirichlet-release.
 #   HOST_LISTEN=ADDR:PORT overrides the image's DIRICHLET_LISTEN (0.0.0.0:8080) when that port is taken.
 #   WAIT_SECS (default 60) bounds the wait for /healthz and /readyz; STOP_SECS (default 15) the stop.
 # Needs python3 (to read the Dockerfile) and curl.
 set -euo pipefail
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 dockerfile=${DOCKERFILE:-$repo/Dockerfile}
 pg_url=${1:-}
 if [[ ! $pg_url =~ ^postgres(ql)?:// ]]; then

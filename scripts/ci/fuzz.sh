@@ -5,7 +5,7 @@
 # (`http::datasets::parse_registration`). Any panic, failed assertion or sanitizer report fails
 # the run; the input that caused it is kept in fuzz/artifacts/requests/.
 #
-# Usage: scripts/fuzz.sh [seconds]        (default: $FUZZ_SECONDS, else 60)
+# Usage: scripts/ci/fuzz.sh [seconds]        (default: $FUZZ_SECONDS, else 60)
 #
 # Toolchain: cargo-fuzz needs unstable compiler flags. With a nightly toolchain installed
 # (`rustup toolchain install nightly`) it runs on nightly with AddressSanitizer; otherwise on the
@@ -16,7 +16,7 @@
 # The working corpus grows in $FUZZ_TARGET_DIR/corpus/requests (default target/fuzz, outside git);
 # fuzz/seeds/requests holds the committed seed inputs.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 seconds=${1:-${FUZZ_SECONDS:-60}}
 
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked

@@ -3,35 +3,35 @@
 # mainstream generator, openapi-python-client (PyPI), then used. Fails if the generator warns about
 # anything (a schema or response it skipped, an operation it dropped), if any generated module
 # does not import, or if the README walkthrough (steps 1-8) run through the generated client
-# against a live server (scripts/serve.sh) does not pass: scripts/openapi_client_walkthrough.py
+# against a live server (scripts/ops/serve.sh) does not pass: scripts/ci/openapi_client_walkthrough.py
 # checks every answer as the typed model it was parsed into, the 409 as `BudgetExhaustedProblem`.
 #
-#   scripts/openapi-client.sh [sqlite|postgres|DATABASE_URL]      (default: a temporary SQLite file)
-#   BIN=target/release/dirichlet-release OPENAPI_PYTHON_CLIENT_VERSION=0.29.1 scripts/openapi-client.sh
+#   scripts/ci/openapi-client.sh [sqlite|postgres|DATABASE_URL]      (default: a temporary SQLite file)
+#   BIN=target/release/dirichlet-release OPENAPI_PYTHON_CLIENT_VERSION=0.29.1 scripts/ci/openapi-client.sh
 #
 # The generator's one setting: it has no YAML parser, so `GET /openapi.yaml`'s application/yaml is
 # read as text (`content_type_overrides`), which the description allows (the document as a string).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 GENERATOR_VERSION=${OPENAPI_PYTHON_CLIENT_VERSION:-0.29.1}
 BIN=${BIN:-target/debug/dirichlet-release}
 
 # A venv of its own: the generator pins pydantic, ruamel and the like.
-# shellcheck source=scripts/tools-venv.sh
-. scripts/tools-venv.sh
+# shellcheck source=scripts/ci/tools-venv.sh
+. scripts/ci/tools-venv.sh
 # ruff: the generator formats the code it writes with it (and warns when it is missing); the
 # walkthrough script is checked with it too.
 TOOLS_VENV=${OPENAPI_CLIENT_VENV:-$PWD/target/openapi-client-venv} \
   tools_venv "openapi-python-client==$GENERATOR_VERSION" "ruff==0.17.6"
 
-# shellcheck source=scripts/serve.sh
-. scripts/serve.sh
+# shellcheck source=scripts/ops/serve.sh
+. scripts/ops/serve.sh
 work=$serve_work
 
-echo "== ruff: scripts/openapi_client_walkthrough.py"
-ruff check --no-cache scripts/openapi_client_walkthrough.py
-ruff format --no-cache --check scripts/openapi_client_walkthrough.py
+echo "== ruff: scripts/ci/openapi_client_walkthrough.py"
+ruff check --no-cache scripts/ci/openapi_client_walkthrough.py
+ruff format --no-cache --check scripts/ci/openapi_client_walkthrough.py
 
 echo "== openapi-python-client $(python -c 'import importlib.metadata as m; print(m.version("openapi-python-client"))') generate openapi.yaml"
 cat >"$work/generator.yaml" <<'YAML'
@@ -103,4 +103,4 @@ PY
 
 echo "== the README walkthrough through the generated client"
 serve "${1:-sqlite}" "$BIN"
-PYTHONPATH="$work/client" python scripts/openapi_client_walkthrough.py
+PYTHONPATH="$work/client" python scripts/ci/openapi_client_walkthrough.py

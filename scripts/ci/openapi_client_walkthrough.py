@@ -1,6 +1,6 @@
 """The README walkthrough (steps 1-8) through a client generated from openapi.yaml.
 
-scripts/openapi-client.sh generates the package `dirichlet_release_client` with
+scripts/ci/openapi-client.sh generates the package `dirichlet_release_client` with
 openapi-python-client, puts it on PYTHONPATH and runs this against a live server (BASE, ADMIN).
 Every call goes through the generated functions and every answer is checked as the generated
 model it was parsed into, never as raw JSON: a response the description does not declare, or one

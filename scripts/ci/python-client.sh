@@ -4,9 +4,9 @@
 # built and checked, and the pytest suite against the release binary on a temporary SQLite file
 # and on a fresh PostgreSQL database (both backends; PostgreSQL is never skipped).
 #
-#   scripts/python-client.sh                  (DIRICHLET_BIN, default target/debug/dirichlet-release)
+#   scripts/ci/python-client.sh                  (DIRICHLET_BIN, default target/debug/dirichlet-release)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 repo=$(pwd)
 export DIRICHLET_BIN=${DIRICHLET_BIN:-$repo/target/debug/dirichlet-release}
 [ -x "$DIRICHLET_BIN" ] || cargo build --quiet --bin dirichlet-release

@@ -11,14 +11,14 @@
 # Each run prints `RELIABILITY {json}` figures; they are also collected in $DIRICHLET_REL_REPORT
 # (default target/reliability/report-<time>.jsonl).
 #
-# Usage: scripts/reliability.sh [full|ci]
+# Usage: scripts/ci/reliability.sh [full|ci]
 #   full (default): 10,000 releases, 64 clients, 3 replicas, 10 s outages (several minutes);
 #   ci: 3,000 releases, 64 clients, 3 replicas, 3 s outages (a couple of minutes).
 # Every size can be overridden: DIRICHLET_REL_RELEASES, _CLIENTS, _REPLICAS, _KS (comma list, hot
 # first), _HOT_SHARE (percent), _TWIN_EVERY, _KILL_AT (percent list), _DOWN_MS, _OUTAGE_SECS,
 # _MAX_SECS (time bound of a load).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 mode=${1:-full}
 
 set_default() { # name value

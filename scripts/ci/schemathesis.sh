@@ -6,8 +6,8 @@
 # make a token for it; release -> read the release ...). Every response is checked; any failure
 # exits non-zero. Bounded to finish in about two minutes on 2 cores.
 #
-#   scripts/schemathesis.sh [sqlite|postgres|DATABASE_URL]      (default: a temporary SQLite file)
-#   BIN=target/release/dirichlet-release scripts/schemathesis.sh postgres://postgres@127.0.0.1:5432/db
+#   scripts/ci/schemathesis.sh [sqlite|postgres|DATABASE_URL]      (default: a temporary SQLite file)
+#   BIN=target/release/dirichlet-release scripts/ci/schemathesis.sh postgres://postgres@127.0.0.1:5432/db
 #
 # Knobs (environment): SCHEMATHESIS_MAX_EXAMPLES (per operation and phase, default 30),
 # SCHEMATHESIS_SEED (default fixed, so a failure reproduces; set another to explore),
@@ -16,7 +16,7 @@
 # SCHEMATHESIS_VENV, SCHEMATHESIS_REPORTS (JUnit and NDJSON reports, default
 # target/schemathesis-report).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 SCHEMATHESIS_VERSION=4.32.5
 BIN=${BIN:-target/debug/dirichlet-release}
@@ -28,15 +28,15 @@ REPORTS=${SCHEMATHESIS_REPORTS:-target/schemathesis-report}
 
 # A venv of its own: schemathesis pins versions of jsonschema & co. that the other tools' venv
 # (target/tools-venv, see validate-openapi.sh) must not have changed under it.
-# shellcheck source=scripts/tools-venv.sh
-. scripts/tools-venv.sh
+# shellcheck source=scripts/ci/tools-venv.sh
+. scripts/ci/tools-venv.sh
 TOOLS_VENV=${SCHEMATHESIS_VENV:-$PWD/target/schemathesis-venv} tools_venv "schemathesis==$SCHEMATHESIS_VERSION"
 
 [ -x "$BIN" ] || cargo build --quiet
 # Small limits keep generated requests cheap: schemathesis may send long arrays and big numbers.
 export DIRICHLET_MAX_DIMENSION=10000 DIRICHLET_LOG_LEVEL=warn
-# shellcheck source=scripts/serve.sh
-. scripts/serve.sh
+# shellcheck source=scripts/ops/serve.sh
+. scripts/ops/serve.sh
 serve "${1:-sqlite}" "$BIN"
 work=$serve_work
 

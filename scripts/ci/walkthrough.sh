@@ -2,14 +2,14 @@
 # Runs the README's curl walkthrough (the block between the walkthrough markers) against a live
 # server, so the README cannot drift from what the service does. Fails if any step fails.
 #
-#   scripts/walkthrough.sh [sqlite|postgres|DATABASE_URL]      (default: a temporary SQLite file)
-#   BIN=target/release/dirichlet-release scripts/walkthrough.sh
+#   scripts/ci/walkthrough.sh [sqlite|postgres|DATABASE_URL]      (default: a temporary SQLite file)
+#   BIN=target/release/dirichlet-release scripts/ci/walkthrough.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 BIN=${BIN:-target/debug/dirichlet-release}
-# shellcheck source=scripts/serve.sh
-. scripts/serve.sh
+# shellcheck source=scripts/ops/serve.sh
+. scripts/ops/serve.sh
 serve "${1:-sqlite}" "$BIN"
 work=$serve_work
 

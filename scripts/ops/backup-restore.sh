@@ -15,7 +15,7 @@
 #   2. backups under load: each restored copy's release logs verify, and each is exactly the
 #      original as of one instant (Y's restored head hash and spent equal the original's at that
 #      seq); being older than the original, it re-grants budget — then
-#      scripts/carry-over-spend.py, fed the original's logs, charges the missing spend again, after
+#      scripts/ops/carry-over-spend.py, fed the original's logs, charges the missing spend again, after
 #      which the copy holds exactly the original's spent;
 #   3. a backup once the writer stopped (the service still up): budgets, release counts and
 #      release-log heads equal the original's; a keyed retry returns the stored release; and both
@@ -25,12 +25,12 @@
 #      original and on the copy alike (costs are dyadic, so "exactly" is exact on the ledger grid).
 #   The restored-and-carried-over copy then admits on Y exactly what the original does.
 #
-# Usage: scripts/backup-restore.sh [sqlite|postgres|all]    (default all)
+# Usage: scripts/ops/backup-restore.sh [sqlite|postgres|all]    (default all)
 # Needs sqlite3, jq, curl, python3, and for PostgreSQL a server whose admin URL is
 # DIRICHLET_TEST_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/postgres) and pg_dump /
 # pg_restore of its major version. BIN: the service binary (default target/debug/dirichlet-release).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 which=${1:-all}
 BIN=${BIN:-target/debug/dirichlet-release}
 [ -x "$BIN" ] || cargo build --quiet --bin dirichlet-release
@@ -100,7 +100,7 @@ audits_ok() { # name dataset...
   for d in "$@"; do audit_ok "$name" "$d" || return 1; done
 }
 carried_already() { # name
-  python3 scripts/carry-over-spend.py --base "${base[$1]}" --admin "$admin" --log "$work/orig.log" |
+  python3 scripts/ops/carry-over-spend.py --base "${base[$1]}" --admin "$admin" --log "$work/orig.log" |
     grep -q "already a carry-over"
 }
 sql() { # backend url query: one value
@@ -195,7 +195,7 @@ run() {
 
   # The older copy carried over to the original's spend, from the original's log.
   echo " carry-over on the copy from ${copies[0]%%:*}:"
-  python3 scripts/carry-over-spend.py --base "${base[r1]}" --admin "$admin" --log "$work/orig.log" | sed 's/^/       /'
+  python3 scripts/ops/carry-over-spend.py --base "${base[r1]}" --admin "$admin" --log "$work/orig.log" | sed 's/^/       /'
   check "after the carry-over Y's spent equals the original's" \
     same "$(budget r1 "$y" | jq -c '{spent, remaining}')" "$(budget orig "$y" | jq -c '{spent, remaining}')"
   check "and its release log verifies" audit_ok r1 "$y"

@@ -8,7 +8,7 @@
 #   - HAProxy with deploy/postgres-ha/haproxy.cfg as shipped: the service's connections go to
 #     whichever node passes deploy/postgres-ha/pg-read-write-check;
 #   - REPLICAS service processes (the real binary) connected through HAProxy.
-# Then sends releases (scripts/failover_load.py: half of them with an Idempotency-Key, retried
+# Then sends releases (scripts/ops/failover_load.py: half of them with an Idempotency-Key, retried
 # when unanswered) and, during the load, fails over twice, pg1 -> pg2 at KILL_AT seconds and
 # back, pg2 -> pg1, at KILL_AGAIN_AT:
 #   1. replication is stalled for STALL seconds, so that commits pile up on the primary waiting
@@ -25,10 +25,10 @@
 #      fails the check: it is a standby).
 # After the load: every 201 must be on the final primary (by release id), no release charged twice,
 # spent = the sum of the stored releases' costs, every release log verifies, nothing the old
-# primaries kept got a 201 (scripts/failover_load.py check). Prints `FAILOVER {json}` figures and
+# primaries kept got a 201 (scripts/ops/failover_load.py check). Prints `FAILOVER {json}` figures and
 # exits non-zero on any violation.
 #
-# Usage: scripts/failover.sh [full|ci] [--duration S] [--replicas N] [--rate R] [--keyed PCT]
+# Usage: scripts/ops/failover.sh [full|ci] [--duration S] [--replicas N] [--rate R] [--keyed PCT]
 #            [--kill-at S] [--kill-again-at S] [--detect S] [--stall S] [--async]
 #   full (default): 60 s of load at 60 releases/s, 3 replicas, stalls at 15 and 38 s of the load
 #     (the kills 1 s later), promotions 3 s after the kills;
@@ -41,7 +41,7 @@
 # it loses: the run must then fail, with 201s whose releases the new primary lacks.
 # KEEP=1 keeps the temporary directory (logs, data directories, requests.jsonl) for inspection.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 repo=$PWD
 
 mode=full
@@ -213,7 +213,7 @@ for base in "${bases[@]}"; do
   curl -sf "$base/readyz" >/dev/null || { tail -5 "$work"/replica-*.log; echo "failover: $base not ready" >&2; exit 1; }
 done
 bases_csv=$(IFS=,; echo "${bases[*]}")
-python3 scripts/failover_load.py setup --base "${bases[0]}" --admin "$admin" --datasets 4 --out "$work/datasets.json"
+python3 scripts/ops/failover_load.py setup --base "${bases[0]}" --admin "$admin" --datasets 4 --out "$work/datasets.json"
 log "$replicas service replicas ready; load: ${duration}s at ${rate}/s, ${keyed}% keyed"
 
 # --- 4. the load, and two failovers during it ----------------------------------------------------
@@ -296,7 +296,7 @@ come_back() {
 }
 
 load_start=$(now)
-python3 scripts/failover_load.py run --bases "$bases_csv" --admin "$admin" --datasets "$work/datasets.json" \
+python3 scripts/ops/failover_load.py run --bases "$bases_csv" --admin "$admin" --datasets "$work/datasets.json" \
   --duration "$duration" --rate "$rate" --keyed "$keyed" --out "$work/requests.jsonl" &
 load_pid=$!
 pids+=("$load_pid")
@@ -318,7 +318,7 @@ primary=pg1
 DB=dirichlet psql_at "$primary" -F'|' -c "SELECT id, dataset_id, coalesce(label, ''), coalesce(idempotency_key, ''), cost_units, seq FROM releases" >"$work/new-releases.txt"
 DB=dirichlet psql_at "$primary" -F'|' -c "SELECT id, spent_units, release_count, total_units FROM datasets" >"$work/new-datasets.txt"
 status=0
-python3 scripts/failover_load.py check --requests "$work/requests.jsonl" --datasets "$work/datasets.json" \
+python3 scripts/ops/failover_load.py check --requests "$work/requests.jsonl" --datasets "$work/datasets.json" \
   --events "$work/events.txt" --new-releases "$work/new-releases.txt" --new-datasets "$work/new-datasets.txt" \
   --old-releases "$work/old-releases.txt" --bases "$bases_csv" --admin "$admin" || status=1
 errors=$(cat "$work"/replica-*.log | grep -c '"level":"ERROR"' || true)

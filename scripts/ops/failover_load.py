@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Release load and its verdict for scripts/failover.sh (standard library only).
+"""Release load and its verdict for scripts/ops/failover.sh (standard library only).
 
   failover_load.py setup  --base URL --admin TOKEN --datasets N --out datasets.json
   failover_load.py run    --bases URL,URL,... --admin TOKEN --datasets datasets.json

@@ -2,7 +2,7 @@
 # Sourced, not run: start the service on a free port with a fresh database for a test script,
 # and stop it (and drop the database) when the script exits.
 #
-#   source scripts/serve.sh
+#   source scripts/ops/serve.sh
 #   serve sqlite|postgres|URL [BIN]   sets BASE, ADMIN, SERVER_LOG and SERVER_PID; waits for /readyz
 #
 # sqlite: a fresh file. postgres: a fresh database on DIRICHLET_TEST_POSTGRES_URL's server
@@ -10,7 +10,7 @@
 # postgres:// URL: that database, as it is (the caller owns it). BIN defaults to
 # target/debug/dirichlet-release, built if missing. Extra DIRICHLET_* variables exported by the
 # caller reach the server. Every script that starts a server for a test or a benchmark uses this
-# (scripts/docker-cmd-on-host.sh excepted: it checks the image's own start command).
+# (scripts/ci/docker-cmd-on-host.sh excepted: it checks the image's own start command).
 
 serve_work=$(mktemp -d)
 SERVER_PID=

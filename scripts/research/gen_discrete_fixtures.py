@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference values for the discrete Laplace Renyi divergence (src/privacy/discrete.rs).
 
-Run from the repository root:  python3 scripts/gen_discrete_fixtures.py
+Run from the repository root:  python3 scripts/research/gen_discrete_fixtures.py
 Writes src/privacy/fixtures/discrete_laplace.csv: D_lambda(L_Z(b) || 1 + L_Z(b)) at u = 1/b, from
 the sum over the integers at 50 significant digits. The sum is evaluated in closed form (two
 geometric series, A = (e^{(l-1)u} + e^{-l u}) / (1 + e^{-u})), where 50 digits leave > 25 after the
@@ -14,7 +14,7 @@ import os
 import mpmath as mp
 
 mp.mp.dps = 50
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "privacy", "fixtures")
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "privacy", "fixtures")
 
 
 def closed_form(lam, u):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference values for src/privacy/external.rs (external charges), at 60 significant digits.
 
-Run from the repository root:  python3 scripts/gen_external_fixtures.py
+Run from the repository root:  python3 scripts/research/gen_external_fixtures.py
 Writes src/privacy/fixtures/external.csv: mechanism, order, the two parameters (laplace: scale,
 sensitivity; pure: epsilon, unused), and the real-number RDP at the exact f64 arguments (the
 Laplace ratio sensitivity/scale is taken exactly, not rounded), printed with 25 digits.
@@ -13,7 +13,7 @@ import os
 import mpmath as mp
 
 mp.mp.dps = 60
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "privacy", "fixtures")
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "privacy", "fixtures")
 
 
 def laplace(lam, u):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference values for the privacy core's special functions and Rényi divergences.
 
-Run from the repository root:  python3 scripts/gen_fixtures.py
+Run from the repository root:  python3 scripts/research/gen_fixtures.py
 Writes src/privacy/fixtures/*.csv, which the tests load with include_str!. Every argument is
 written as Python's repr of an f64, so Rust parses exactly the double mpmath evaluated at.
 Values are computed with 50 significant digits and printed with 20, more than an f64 holds.
@@ -13,7 +13,7 @@ import os
 import mpmath as mp
 
 mp.mp.dps = 50
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src", "privacy", "fixtures")
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "privacy", "fixtures")
 
 
 def log_spaced(lo_exp, hi_exp, n):

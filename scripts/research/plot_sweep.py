@@ -313,7 +313,7 @@ def main():
     fig.suptitle(
         "Where each mechanism wins: the Dirichlet family (dirichlet, posterior, diffuse α = 1) against the additive "
         "baselines (gaussian, laplace; smoothed for KL)\nreplace_one, confidence 95 %; ratios family ÷ baselines, "
-        "blue below 1 (the family better), red above (examples/sweep.rs, scripts/sweep.sh)",
+        "blue below 1 (the family better), red above (examples/sweep.rs, scripts/research/sweep.sh)",
         fontsize=12,
         y=0.975,
     )

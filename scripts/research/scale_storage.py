@@ -3,8 +3,8 @@
 PostgreSQL and SQLite; WAL bytes per release; and, under concurrent load, how many releases
 share one transaction (group commit). Stdlib only; drives the release build over HTTP.
 
-    scripts/scale_storage.py                 full run (docs/SCALING.md's figures)
-    scripts/scale_storage.py --short         fewer releases per d (a smoke test)
+    scripts/research/scale_storage.py                 full run (docs/SCALING.md's figures)
+    scripts/research/scale_storage.py --short         fewer releases per d (a smoke test)
 
 Environment: BIN (default $CARGO_TARGET_DIR/release/dirichlet-release), PG (admin URL of the
 PostgreSQL server to measure; default postgres://postgres@127.0.0.1:5432/postgres — WAL is

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference values for src/privacy/{exponential,gohari}.rs, recomputed with mpmath (40 digits).
 
-Run: python3 scripts/seeds_reference.py   (needs mpmath). Prints the numbers the unit tests of
+Run: python3 scripts/research/seeds_reference.py   (needs mpmath). Prints the numbers the unit tests of
 those modules check, independently of the research note that first listed them.
 """
 from mpmath import mp, mpf, loggamma as lg, log, log1p, exp, expm1, sqrt, betainc

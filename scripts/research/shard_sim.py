@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """A model of the release commit path on 1 to 16 PostgreSQL shards: throughput and p99 of a closed
-loop of clients (as scripts/bench-e2e.sh drives one primary), with single-shard commits and
+loop of clients (as scripts/bench/bench-e2e.sh drives one primary), with single-shard commits and
 cross-shard (two-phase) commits depending on where the rows a release charges live.
 
-    scripts/shard_sim.py                       the table of docs/SCALING.md
-    scripts/shard_sim.py --shards 1,2,4 --seconds 0.5 --workload hot
-    scripts/shard_sim.py --help                every parameter and its default
+    scripts/research/shard_sim.py                       the table of docs/SCALING.md
+    scripts/research/shard_sim.py --shards 1,2,4 --seconds 0.5 --workload hot
+    scripts/research/shard_sim.py --help                every parameter and its default
 
 Stdlib only, deterministic for a given --seed. It is a model, not a measurement: docs/SCALING.md
 ("A simulation of the sharded commit path") states what it assumes and what calibrates it.

@@ -173,7 +173,7 @@ struct Description;
 impl utoipa::IntoResponses for Description {
     fn responses() -> std::collections::BTreeMap<String, RefOr<utoipa::openapi::Response>> {
         // Parsed (YAML is JSON's superset), an object; as text, for a client without a YAML
-        // parser (openapi-python-client reads it as `text/plain`, scripts/openapi-client.sh), a
+        // parser (openapi-python-client reads it as `text/plain`, scripts/ci/openapi-client.sh), a
         // string.
         let parsed = schema::object()
             .property("openapi", schema::string().pattern(Some(r"^3\.1\.")))

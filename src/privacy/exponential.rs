@@ -440,7 +440,7 @@ mod tests {
     #[test]
     fn error_at_n_100_matches_the_note() {
         // Note §2.4: n = 100, n₁ = 30: E|j* − 30| = 22.4 / 2.30 / 0.213 at ε = 1 / 5 / 20;
-        // the digits below are from scripts/seeds_reference.py (mpmath, 40 digits).
+        // the digits below are from scripts/research/seeds_reference.py (mpmath, 40 digits).
         let c = BetaCandidates::new(100, 1.0, 1.0).unwrap();
         for (eps, want) in [(1.0, 22.443328), (5.0, 2.2964489), (20.0, 0.21277807)] {
             let got = expected_abs_error(&c, 30, eps);

@@ -1,5 +1,5 @@
 // End-to-end test of /console in the system's headless Chromium, driven by playwright-core.
-// scripts/console-test.sh starts the server and sets BASE, ADMIN, OUT and CHROMIUM.
+// scripts/ci/console-test.sh starts the server and sets BASE, ADMIN, OUT and CHROMIUM.
 //
 // The scenario: sign in as the admin, register two datasets and one with named cells, create an
 // analyst token for two of them, preview and release twice (the spend chart moves), give analyst

@@ -2,7 +2,7 @@
 //! response (page, assets, HEAD, unknown file or path, wrong method, oversized headers) carries
 //! the security headers; the
 //! assets reference only each other and use no inline code; `GET /v1/whoami` names the role.
-//! The browser scenario is `scripts/console-test.sh`.
+//! The browser scenario is `scripts/ci/console-test.sh`.
 
 use crate::common::app::*;
 use dirichlet_release::http::console::{ASSETS, CONTENT_SECURITY_POLICY, SECURITY_HEADERS};

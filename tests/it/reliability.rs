@@ -1,7 +1,7 @@
 //! The ledger cannot be overspent or lose a release: the real binary, several replicas on one
 //! PostgreSQL database, many concurrent clients, a replica killed with SIGKILL mid-load, and the
 //! database stopped under load. Each scenario runs scaled down in `cargo test` and at full size
-//! as an `#[ignore]`d test that `scripts/reliability.sh` runs (sizes from `DIRICHLET_REL_*`).
+//! as an `#[ignore]`d test that `scripts/ci/reliability.sh` runs (sizes from `DIRICHLET_REL_*`).
 //! Figures are printed as `RELIABILITY {json}` lines (RELIABILITY.md has the measured ones).
 
 use std::collections::BTreeSet;
@@ -136,7 +136,7 @@ async fn replicas_racing_admit_exactly_k_per_dataset() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "long: scripts/reliability.sh"]
+#[ignore = "long: scripts/ci/reliability.sh"]
 async fn full_race() {
     race(RaceParams {
         name: "race (long run)",
@@ -332,7 +332,7 @@ async fn a_replica_killed_mid_load_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "long: scripts/reliability.sh"]
+#[ignore = "long: scripts/ci/reliability.sh"]
 async fn full_crash() {
     crash(CrashParams {
         name: "crash (long run)",
@@ -937,7 +937,7 @@ async fn postgres_outage_fails_fast_and_recovers_without_restart() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "long: scripts/reliability.sh"]
+#[ignore = "long: scripts/ci/reliability.sh"]
 async fn full_outage() {
     outage(OutageParams {
         kind: OutageKind::Stop,
@@ -985,7 +985,7 @@ async fn frozen_postgres_is_bounded_by_the_request_timeout_and_recovers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "long: scripts/reliability.sh"]
+#[ignore = "long: scripts/ci/reliability.sh"]
 async fn full_frozen() {
     outage(OutageParams {
         kind: OutageKind::Freeze,

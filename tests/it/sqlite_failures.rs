@@ -2,7 +2,7 @@
 //! read-only mount, and a full disk. Both need `mount` (root or CAP_SYS_ADMIN): a tmpfs of a
 //! few hundred KiB for the full disk, a read-only bind mount for the read-only file (as root,
 //! `chmod` changes nothing). Without that permission these tests say so and pass, unless
-//! `DIRICHLET_TEST_REQUIRE_MOUNT=1` (set by scripts/reliability.sh and CI), which makes them fail.
+//! `DIRICHLET_TEST_REQUIRE_MOUNT=1` (set by scripts/ci/reliability.sh and CI), which makes them fail.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

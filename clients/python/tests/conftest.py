@@ -1,4 +1,4 @@
-"""Fixtures: the real service on SQLite and on PostgreSQL (through scripts/serve.sh), clients.
+"""Fixtures: the real service on SQLite and on PostgreSQL (through scripts/ops/serve.sh), clients.
 
 Each backend's server is started once per session by `serve_for_pytest.sh` on a free port with
 a fresh database. PostgreSQL is never skipped: if it cannot be reached, its tests fail.

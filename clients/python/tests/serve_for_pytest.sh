@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts the service for the Python client's tests through scripts/serve.sh (a fresh SQLite file
+# Starts the service for the Python client's tests through scripts/ops/serve.sh (a fresh SQLite file
 # or a fresh PostgreSQL database on a free port), prints `BASE=…` and `ADMIN=…`, and keeps it up
 # until its standard input closes or it is sent SIGTERM; serve.sh's exit trap then stops the
 # server and drops the database.
@@ -8,8 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 bin=${DIRICHLET_BIN:-target/debug/dirichlet-release}
-# shellcheck source=scripts/serve.sh
-source scripts/serve.sh
+# shellcheck source=scripts/ops/serve.sh
+source scripts/ops/serve.sh
 trap 'exit 143' TERM INT
 serve "$1" "$bin" >&2
 echo "BASE=$BASE"

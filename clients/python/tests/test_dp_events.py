@@ -2,7 +2,7 @@
 
 The client reads events by class name and attributes, so it never imports `dp_accounting`; the
 stand-ins below check that, and the real classes (when `dp_accounting` is installed, as
-scripts/python-client.sh installs it) check that the names and attributes are Google's.
+scripts/ci/python-client.sh installs it) check that the names and attributes are Google's.
 """
 
 from __future__ import annotations

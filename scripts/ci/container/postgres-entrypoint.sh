@@ -1,5 +1,5 @@
 #!/bin/sh
-# Entry point of the stand-in for the official postgres:15 image that scripts/container-test.sh
+# Entry point of the stand-in for the official postgres:15 image that scripts/ci/container-test.sh
 # bootstraps from Debian's postgresql-15 package where no registry is reachable. It honours what
 # compose.yaml uses of the official image: POSTGRES_USER, POSTGRES_PASSWORD and POSTGRES_DB on
 # first start (an empty PGDATA), password authentication over TCP, data in

@@ -698,7 +698,7 @@ pub fn percentiles(mut v: Vec<Duration>) -> (f64, f64, f64) {
     (at(0.5), at(0.99), at(1.0))
 }
 
-/// Prints one line of figures for RELIABILITY.md (and scripts/reliability.sh) to collect, and
+/// Prints one line of figures for RELIABILITY.md (and scripts/ci/reliability.sh) to collect, and
 /// appends it to `$DIRICHLET_REL_REPORT` when set.
 pub fn report(name: &str, figures: Value) {
     let line = json!({"test": name, "figures": figures}).to_string();

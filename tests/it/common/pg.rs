@@ -23,7 +23,7 @@ use sqlx::{Connection, Executor, PgConnection};
 use tokio::sync::OnceCell;
 
 pub const ADMIN_URL_ENV: &str = "DIRICHLET_TEST_POSTGRES_URL";
-/// `1`: skip the local server and start a throwaway one (scripts/check-throwaway-pg.sh).
+/// `1`: skip the local server and start a throwaway one (scripts/ci/check-throwaway-pg.sh).
 pub const FORCE_THROWAWAY_ENV: &str = "DIRICHLET_TEST_FORCE_THROWAWAY_PG";
 const LOCAL_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const DATABASE_PREFIX: &str = "dr_test_";
