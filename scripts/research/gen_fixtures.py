@@ -1,14 +1,26 @@
 #!/usr/bin/env python3
 """Reference values for the privacy core's special functions and Rényi divergences.
 
-Run from the repository root:  python3 scripts/research/gen_fixtures.py
-Writes src/privacy/fixtures/*.csv, which the tests load with include_str!. Every argument is
-written as Python's repr of an f64, so Rust parses exactly the double mpmath evaluated at.
-Values are computed with 50 significant digits and printed with 20, more than an f64 holds.
-Requires mpmath (pip install mpmath).
+Run from the repository root:  python3 scripts/research/gen_fixtures.py [core|discrete|external]...
+(default: all three). Writes src/privacy/fixtures/*.csv, which the tests load with include_str!.
+Every argument is written as Python's repr of an f64, so Rust parses exactly the double mpmath
+evaluated at. Requires mpmath (pip install mpmath).
+
+- core: special functions, the Laplace and Dirichlet divergences and exact calibrations
+  (src/privacy/special.rs, calibrate.rs); 50 significant digits, printed with 20.
+- discrete: the discrete Laplace divergence D_lambda(L_Z(b) || 1 + L_Z(b)) at u = 1/b
+  (src/privacy/discrete.rs, discrete_laplace.csv). The sum over the integers is evaluated in
+  closed form (two geometric series, A = (e^{(l-1)u} + e^{-l u}) / (1 + e^{-u})), where 50 digits
+  leave > 25 after the cancellation at u = 1e-9, and cross-checked against direct summation
+  wherever that is feasible (u >= 0.01).
+- external: external charges (src/privacy/external.rs, external.csv): mechanism, order, the two
+  parameters (laplace: scale, sensitivity; pure: epsilon, unused), and the real-number RDP at the
+  exact f64 arguments (the Laplace ratio sensitivity/scale is taken exactly, not rounded), at 60
+  digits, printed with 25.
 """
 
 import os
+import sys
 
 import mpmath as mp
 
@@ -50,7 +62,7 @@ def write(name, header, rows):
     print(f"wrote {len(rows)} rows to {os.path.relpath(path)}")
 
 
-def main():
+def core():
     os.makedirs(OUT, exist_ok=True)
     xs = sorted(set(log_spaced(-6, 8, 200) + awkward_points()))
 
@@ -193,5 +205,87 @@ def main():
     write("exact_calibrations.csv", "relation,kind,order,epsilon,fixed,solved", cal_rows)
 
 
+def discrete_closed_form(lam, u):
+    lam, u = mp.mpf(lam), mp.mpf(u)
+    a = (mp.exp((lam - 1) * u) + mp.exp(-lam * u)) / (1 + mp.exp(-u))
+    return mp.log(a) / (lam - 1)
+
+
+def discrete_direct(lam, u):
+    lam, u = mp.mpf(lam), mp.mpf(u)
+    p = mp.exp(-u)
+    c = (1 - p) / (1 + p)
+
+    def term(y):
+        p0 = c * p ** abs(y)
+        p1 = c * p ** abs(y - 1)
+        return p0 ** lam * p1 ** (1 - lam)
+
+    n = int(mp.ceil(200 / u)) + 10
+    s = mp.fsum(term(y) for y in range(-n, n + 2))
+    return mp.log(s) / (lam - 1)
+
+
+def discrete():
+    rows = []
+    for lam in [1.0001, 1.01, 1.5, 2.0, 3.0, 10.0, 1000.0]:
+        for u in [1e-9, 1e-6, 1e-3, 0.01, 0.1, 0.5, 1.0, 2.0, 10.0, 29.9, 30.1, 100.0, 1e4]:
+            v = discrete_closed_form(lam, u)
+            if 0.01 <= u <= 10 and lam <= 10:
+                d = discrete_direct(lam, u)
+                assert abs(d - v) <= mp.mpf(10) ** -30 * abs(v), (lam, u, d, v)
+            rows.append([repr(lam), repr(u), fmt(v)])
+    write("discrete_laplace.csv", "order,u,rdp", rows)
+
+
+def external_laplace(lam, u):
+    """Mironov 2017, Prop. 6, in log-sum-exp form (exact in mpmath at any size)."""
+    lam, u = mp.mpf(lam), mp.mpf(u)
+    a = mp.log(lam / (2 * lam - 1)) + (lam - 1) * u
+    b = mp.log((lam - 1) / (2 * lam - 1)) - lam * u
+    m = max(a, b)
+    return (m + mp.log(mp.exp(a - m) + mp.exp(b - m))) / (lam - 1)
+
+
+def randomized_response(lam, eps):
+    """D_λ of binary randomized response at ε: ln((e^{λε} + e^{(1−λ)ε})/(e^ε + 1))/(λ−1)."""
+    lam, eps = mp.mpf(lam), mp.mpf(eps)
+    a = lam * eps
+    b = (1 - lam) * eps
+    m = max(a, b)
+    num = m + mp.log(mp.exp(a - m) + mp.exp(b - m))
+    den = eps + mp.log(1 + mp.exp(-eps))
+    return (num - den) / (lam - 1)
+
+
+def external():
+    with mp.workdps(60):
+        external_rows()
+
+
+def external_rows():
+    orders = [1.0001, 1.01, 1.5, 2.0, 3.0, 10.0, 64.0, 1000.0, 1e6, 1e15]
+    rows = []
+    for lam in orders:
+        for scale, sens in [(1e9, 1.0), (1e6, 1.0), (1e3, 1.0), (7.0, 3.0), (10.0, 1.0),
+                            (1.0, 1.0), (0.5, 1.0), (0.1, 3.0), (1.0, 29.9), (1.0, 30.1),
+                            (0.01, 1.0), (1e-4, 1.0)]:
+            u = mp.mpf(sens) / mp.mpf(scale)
+            rows.append(["laplace", repr(lam), repr(scale), repr(sens), mp.nstr(external_laplace(lam, u), 25)])
+        for eps in [1e-9, 1e-6, 1e-3, 0.05, 0.3, 1.0, 2.0, 5.0, 10.0, 29.0, 31.0, 200.0]:
+            rows.append(["pure", repr(lam), repr(eps), "0", mp.nstr(randomized_response(lam, eps), 25)])
+    write("external.csv", "mechanism,order,a,b,rdp", rows)
+
+
+SETS = {"core": core, "discrete": discrete, "external": external}
+
+
+def main(names):
+    for name in names or SETS:
+        if name not in SETS:
+            sys.exit(f"unknown set {name!r}: one of {', '.join(SETS)}")
+        SETS[name]()
+
+
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -577,7 +577,7 @@ mod tests {
 
     #[test]
     fn laplace_curve_matches_mpmath() {
-        // Direct summation at 50 digits (scripts/research/gen_discrete_fixtures.py): small u
+        // Direct summation at 50 digits (scripts/research/gen_fixtures.py discrete): small u
         // (first-order cancellation), λ → 1, large λu and the branch switch at (λ−1)u = 30.
         let rows = include_str!("fixtures/discrete_laplace.csv");
         let mut n = 0;

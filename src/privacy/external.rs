@@ -267,8 +267,8 @@ mod tests {
 
     #[test]
     fn matches_mpmath_and_never_rounds_below() {
-        // 60-digit values from scripts/research/gen_external_fixtures.py: the Laplace at the exact ratio
-        // sensitivity/scale, randomized response at ε; orders 1.0001 … 1e15.
+        // 60-digit values from `scripts/research/gen_fixtures.py external`: the Laplace at the
+        // exact ratio sensitivity/scale, randomized response at ε; orders 1.0001 … 1e15.
         let rows = include_str!("fixtures/external.csv");
         let mut n = 0;
         for line in rows.lines().skip(1) {
