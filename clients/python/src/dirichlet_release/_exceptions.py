@@ -7,10 +7,10 @@ this version does not know). A request that never got an HTTP answer is an `APIC
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type
+from typing import Any, Dict, List, Mapping, Optional, Type
 
-if TYPE_CHECKING:
-    from ._models import Allocation, Budget, PopulationBudget
+from ._errors import BadResponse, DirichletError
+from ._models import Allocation, Budget, PopulationBudget
 
 __all__ = [
     "APIConnectionError",
@@ -38,10 +38,6 @@ __all__ = [
     "ServiceUnavailable",
     "Unauthorized",
 ]
-
-
-class DirichletError(Exception):
-    """Base class of every exception this package raises."""
 
 
 class CellsMismatch(DirichletError, ValueError):
@@ -87,10 +83,6 @@ class APIConnectionError(DirichletError):
 
 class APITimeoutError(APIConnectionError):
     """The client's own timeout passed before the service answered (every attempt)."""
-
-
-class BadResponse(DirichletError):
-    """The service answered something this client cannot read (not JSON, or missing a field)."""
 
 
 class ProblemError(DirichletError):
@@ -188,8 +180,6 @@ class BudgetExhausted(Conflict):
     @property
     def budget(self) -> Optional[Budget]:
         """The ledger in the problem's ``budget`` member (None if the body had none)."""
-        from ._models import Budget
-
         raw = self.body.get("budget")
         return Budget.from_json(raw) if isinstance(raw, dict) else None
 
@@ -217,8 +207,6 @@ class AllocationExhausted(BudgetExhausted):
     @property
     def allocation(self) -> Optional[Allocation]:
         """The allocation in the problem's ``allocation`` member (None if the body had none)."""
-        from ._models import Allocation
-
         raw = self.body.get("allocation")
         return Allocation.from_json(raw) if isinstance(raw, dict) else None
 
@@ -253,8 +241,6 @@ class PopulationBudgetExhausted(BudgetExhausted):
     @property
     def population_budget(self) -> Optional[PopulationBudget]:
         """The refusing population's ledger, from the problem's ``budget`` member."""
-        from ._models import PopulationBudget
-
         raw = self.body.get("budget")
         return PopulationBudget.from_json(raw) if isinstance(raw, dict) else None
 

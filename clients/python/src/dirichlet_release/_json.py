@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
-from ._exceptions import BadResponse
+from ._errors import BadResponse
 
 
 def get(doc: Mapping[str, Any], key: str, what: str) -> Any:

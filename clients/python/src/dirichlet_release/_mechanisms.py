@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
 from . import _json as j
-from ._exceptions import BadResponse
+from ._errors import BadResponse
 
 __all__ = ["MechanismField", "MechanismInfo", "Mechanisms"]
 

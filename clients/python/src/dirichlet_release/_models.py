@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
 
-from ._exceptions import BadResponse
+from ._errors import BadResponse
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -13,7 +13,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from . import _json as j
 from ._counts import to_jsonable
-from ._exceptions import BadResponse
+from ._errors import BadResponse
 from ._mechanisms import MechanismInfo, Mechanisms
 
 __all__ = [
