@@ -8,6 +8,13 @@ const USAGE: &str = "usage: dirichlet-release                     serve (configu
 
 fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // Hidden: the group commit statement for scripts/bench/bench-group-statement.sh, which
+    // benchmarks it in pgbench without the service. Needs no configuration.
+    if let [command, variant] = args.as_slice() {
+        if command == "group-statement" {
+            return group_statement(variant);
+        }
+    }
     let settings = match Settings::load() {
         Ok(s) => s,
         Err(e) => {
@@ -22,6 +29,24 @@ fn main() -> std::process::ExitCode {
         ["healthcheck", "--ready"] => healthcheck(&settings, "/readyz"),
         _ => {
             eprintln!("{USAGE}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn group_statement(variant: &str) -> std::process::ExitCode {
+    let texts = dirichlet_release::store::postgres::group_statement_texts();
+    match texts.iter().find(|(name, _)| *name == variant) {
+        Some((_, sql)) => {
+            println!("{sql}");
+            std::process::ExitCode::SUCCESS
+        }
+        None => {
+            let names: Vec<&str> = texts.iter().map(|(name, _)| *name).collect();
+            eprintln!(
+                "dirichlet-release group-statement: one of {}",
+                names.join(", ")
+            );
             std::process::ExitCode::from(2)
         }
     }

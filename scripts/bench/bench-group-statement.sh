@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The group commit statement alone, in PostgreSQL, without the service: pgbench runs the
 # statement of src/store/postgres/group.rs (`COMMIT_GROUP`, and the same without its population
-# steps, as `standalone` cuts them) with groups of N members drawn over 64 datasets, keyless and
+# steps, as `standalone` cuts them; the binary prints both: `dirichlet-release group-statement
+# full|standalone`) with groups of N members drawn over 64 datasets, keyless and
 # keyed, on 2 connections (the database side of a replica's commit slots under load). Members per
 # second is tps × N. What the statement costs per group and per member, apart from HTTP, the
 # sampler and the load generator: change the statement, run this before and after.
@@ -22,35 +23,19 @@ SIZES=${SIZES:-4 16 64}
 SECONDS_EACH=${SECONDS_EACH:-8}
 CLIENTS=${CLIENTS:-2}
 VARIANTS=${VARIANTS:-full full_keyed standalone standalone_keyed}
-pg_admin=${DIRICHLET_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/postgres}
 BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/dirichlet-release}
 for tool in pgbench psql curl python3; do
   command -v "$tool" >/dev/null || { echo "bench-group-statement: $tool is required" >&2; exit 1; }
 done
 [ -x "$BIN" ] || cargo build --release --quiet --bin dirichlet-release
-work=$(mktemp -d)
-db="dr_group_$(date +%s)_$$"
-server=
-cleanup() {
-  [ -n "$server" ] && { kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; }
-  psql "$pg_admin" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-psql "$pg_admin" -qc "CREATE DATABASE $db"
-db_url="${pg_admin%/*}/$db"
-
-# The schema: the service's own migrations, applied by starting it once.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-DIRICHLET_DATABASE_URL="$db_url" DIRICHLET_LISTEN="127.0.0.1:$port" \
-  DIRICHLET_ADMIN_TOKEN="bench-admin-token-$(date +%s)" "$BIN" >"$work/server.log" 2>&1 &
-server=$!
-for _ in $(seq 1 100); do
-  curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
-  kill -0 "$server" 2>/dev/null || { cat "$work/server.log"; exit 1; }
-  sleep 0.2
-done
-kill "$server"; wait "$server" 2>/dev/null || true; server=
+# The schema: the service's own migrations, applied by starting it once on a fresh database
+# (serve.sh drops it on exit).
+# shellcheck source=scripts/ops/serve.sh
+. scripts/ops/serve.sh
+serve postgres "$BIN"
+stop_server "$SERVER_PID"; SERVER_PID=
+db_url=$SERVE_DATABASE_URL
+work=$serve_work
 # 64 datasets no run can exhaust, an analyst token scoped to each (its spend row is locked and
 # written by every release, as in the service).
 psql "$db_url" -q <<'SQL'
@@ -64,24 +49,15 @@ INSERT INTO token_datasets (token_id, dataset_id) SELECT 'bench', id FROM datase
 VACUUM ANALYZE;
 SQL
 
-# One pgbench script per variant and size: the statement as the service sends it, with its
-# array parameters replaced by members made in SQL.
-python3 - "$work" "$SIZES" src/store/postgres/group.rs <<'PY'
+# One pgbench script per variant and size: the statement as the service sends it (printed by
+# the binary's hidden `group-statement` subcommand, the population steps cut for `standalone`
+# by the service's own code), with its array parameters replaced by members made in SQL.
+for variant in full standalone; do
+  "$BIN" group-statement "$variant" >"$work/statement-$variant.sql"
+done
+python3 - "$work" "$SIZES" <<'PY'
 import pathlib, re, sys
-work, sizes, source = pathlib.Path(sys.argv[1]), sys.argv[2].split(), pathlib.Path(sys.argv[3])
-full = re.search(r'const COMMIT_GROUP: &str = "\\\n(.*?)";\n', source.read_text(), re.S).group(1)
-
-def cut(sql, start, end):
-    i = sql.index(start)
-    return sql[:i] + sql[i + sql[i:].index(end):]
-
-def standalone(sql):  # as `standalone` in group.rs
-    for start, end in [("), paths AS", "), keys AS"), ("), node_sums AS", "), attempted AS"),
-                       ("), pop_charged AS", "), recorded AS")]:
-        sql = cut(sql, start, end)
-    sql = sql.replace("NOT EXISTS (SELECT 1 FROM node_sums s WHERE s.ord = r.ord AND NOT s.fits) AS pop_fits",
-                      "true AS pop_fits")
-    return sql.replace("l.id IN (SELECT id FROM pathed)", "l.population_id IS NULL")
+work, sizes = pathlib.Path(sys.argv[1]), sys.argv[2].split()
 
 def members(n, keyed):
     key = "'bench-' || gen_random_uuid()" if keyed else "NULL::text"
@@ -96,7 +72,8 @@ def members(n, keyed):
       FROM generate_series(1, {n}) AS g
 ), tokens"""
 
-for name, sql in [("full", full), ("standalone", standalone(full))]:
+for name in ("full", "standalone"):
+    sql = (work / f"statement-{name}.sql").read_text().rstrip()
     for keyed in (False, True):
         for n in sizes:
             text = re.sub(r"input AS MATERIALIZED \(.*?\n\), tokens", lambda _: members(int(n), keyed),

@@ -3,7 +3,8 @@
 # and stop it (and drop the database) when the script exits.
 #
 #   source scripts/ops/serve.sh
-#   serve sqlite|postgres|URL [BIN]   sets BASE, ADMIN, SERVER_LOG and SERVER_PID; waits for /readyz
+#   serve sqlite|postgres|URL [BIN]   sets BASE, ADMIN, SERVE_DATABASE_URL, SERVER_LOG and SERVER_PID;
+#                                     waits for /readyz
 #
 # sqlite: a fresh file. postgres: a fresh database on DIRICHLET_TEST_POSTGRES_URL's server
 # (default postgres://postgres@127.0.0.1:5432/postgres), dropped on exit. A sqlite:// or
@@ -47,6 +48,7 @@ serve() {
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   export ADMIN="test-admin-$(date +%s)-$RANDOM-token"
   export BASE="http://127.0.0.1:$port"
+  SERVE_DATABASE_URL=$url
   SERVER_LOG="$serve_work/server.log"
   DIRICHLET_DATABASE_URL="$url" DIRICHLET_LISTEN="127.0.0.1:$port" DIRICHLET_ADMIN_TOKEN="$ADMIN" \
     "$bin" >"$SERVER_LOG" 2>&1 &

@@ -21,6 +21,7 @@ use super::{store_error, StoreOptions};
 use crate::access::{Role, TokenRecord};
 use crate::ledger::audit::{self, LogEntry, LogHead};
 use crate::ledger::*;
+pub use group::statement_texts as group_statement_texts;
 use group::{Answer, Groups, Member};
 
 mod group;

@@ -6,8 +6,8 @@
 //! flush), not by the rows it writes; and releases of one dataset serialise on its row lock,
 //! one commit (and WAL flush) after another. Under load many releases wait for a connection at
 //! once; committing them as one statement pays that fixed cost once, and a hot dataset's row is
-//! locked and flushed once for all its waiting releases (BENCHMARKS.md, "The spread regression
-//! and group commit", "A hot dataset's releases in one group" and "Keyed releases in groups").
+//! locked and flushed once for all its waiting releases (BENCHMARKS.md, "End to end" and "The
+//! group statement alone").
 //!
 //! How: [`Groups::commit`] queues a release; one runner task takes the queue as soon as one of
 //! [`Groups`]' slots is free, up to [`MAX_GROUP`] releases, and commits them on a connection of
@@ -384,7 +384,7 @@ impl Runner {
             .await
             .map_err(|e| GroupError::NotSent(store_error("commit_release", e)))?;
         // Most groups carry no dataset of a population: their statement leaves the population
-        // steps out (BENCHMARKS.md, "Keyed releases at the one-statement ceiling").
+        // steps out (BENCHMARKS.md, "The group statement alone").
         let sql = if members.iter().any(Member::under_population) {
             COMMIT_GROUP
         } else {
@@ -502,6 +502,16 @@ fn standalone(full: &str) -> String {
         "l.id IN (SELECT id FROM pathed)",
         "l.population_id IS NULL",
     )
+}
+
+/// The group statement's texts as the service sends them, with its population steps (`full`)
+/// and without them (`standalone`), so that a benchmark of the statement alone runs these bytes
+/// rather than a copy of the cuts (`dirichlet-release group-statement`).
+pub fn statement_texts() -> [(&'static str, &'static str); 2] {
+    [
+        ("full", COMMIT_GROUP),
+        ("standalone", COMMIT_GROUP_STANDALONE.as_str()),
+    ]
 }
 
 /// The group's statement: `COMMIT_RELEASE` (see there) for many members at once. Each step is a
