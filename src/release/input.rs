@@ -1,8 +1,9 @@
 //! What a release draws from: one count vector, or a table of disjoint groups' vectors over the
 //! same cells (a naive-Bayes feature by class, a CPT by parent configuration), each count
-//! checked as it is parsed. Not `Debug`: counts must never reach a log.
+//! checked as it is parsed (`release::request` parses a request's `counts` or `table` into one).
+//! Below the mechanism vocabulary (`release::mechanism` takes an `Input`), so it imports none of
+//! it. Not `Debug`: counts must never reach a log.
 
-use super::mechanism::{Context, RequestError};
 use crate::privacy::types::Relation;
 use crate::privacy::{Counts, ParamError, Sensitivity};
 
@@ -40,15 +41,6 @@ impl Input {
             Input::Vector(_) => *sensitivity,
             Input::Table(_) => sensitivity.for_table(),
         }
-    }
-
-    /// `counts` or `table` of a request, parsed against the dataset and the service limits.
-    pub fn parse(
-        counts: Option<&[f64]>,
-        table: Option<&[Vec<f64>]>,
-        ctx: &Context,
-    ) -> Result<Input, RequestError> {
-        parse_input(counts, table, ctx)
     }
 }
 
@@ -129,66 +121,5 @@ pub fn check_relation(sens: &Sensitivity) -> Result<(), TableError> {
     match sens.relation() {
         Relation::ReplaceOne | Relation::AddRemoveOne => Ok(()),
         Relation::Custom => Err(TableError::CustomRelation),
-    }
-}
-
-/// Refuse relations under which a table has no sound one-vector price.
-fn parse_input(
-    counts: Option<&[f64]>,
-    table: Option<&[Vec<f64>]>,
-    ctx: &Context,
-) -> Result<Input, RequestError> {
-    let too_large = |field: &'static str, at: String| {
-        RequestError::new(
-            field,
-            format!("{field}{at} exceeds the largest supported count, {MAX_COUNT:e}"),
-        )
-    };
-    match (counts, table) {
-        (Some(counts), None) => {
-            let counts = Counts::new(counts.to_vec(), ctx.max_dimension)
-                .map_err(|e| RequestError::param("counts", e))?;
-            if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
-                return Err(too_large("counts", format!("[{index}]")));
-            }
-            if let Some(cells) = ctx.cells.filter(|&n| n != counts.len()) {
-                return Err(RequestError::new(
-                    "counts",
-                    format!(
-                        "the dataset names {cells} cells, and counts has {}",
-                        counts.len()
-                    ),
-                ));
-            }
-            Ok(Input::Vector(counts))
-        }
-        (None, Some(rows)) => {
-            let table_error = |e: TableError| RequestError::param("table", e);
-            check_relation(&ctx.sensitivity).map_err(table_error)?;
-            let t = CountTable::new(rows.to_vec(), ctx.max_dimension).map_err(table_error)?;
-            for (row, counts) in t.rows().iter().enumerate() {
-                if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
-                    return Err(too_large("table", format!("[{row}][{index}]")));
-                }
-            }
-            if let Some(cells) = ctx.cells.filter(|&n| n != t.cells()) {
-                return Err(RequestError::new(
-                    "table",
-                    format!(
-                        "the dataset names {cells} cells, and the table's rows have {}",
-                        t.cells()
-                    ),
-                ));
-            }
-            Ok(Input::Table(t))
-        }
-        (Some(_), Some(_)) => Err(RequestError::new(
-            "table",
-            "give counts (one vector) or table (rows of counts), not both",
-        )),
-        (None, None) => Err(RequestError::new(
-            "counts",
-            "counts (one vector) or table (rows of counts) is required",
-        )),
     }
 }

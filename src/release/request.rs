@@ -29,8 +29,10 @@ use crate::ledger::{Label, Names};
 use crate::privacy::{Epsilon, Order, Sensitivity};
 use crate::wire::{cells, rows, ScalarOrCells};
 
+use super::input::{check_relation, CountTable, TableError};
 pub use super::input::{Input, MAX_COUNT};
 pub use super::mechanism::{Context, RequestError};
+use crate::privacy::Counts;
 
 mod schema;
 
@@ -263,7 +265,7 @@ impl Request {
     /// Parse a body against a dataset: the input first (so a malformed count is reported before
     /// anything about the mechanism), then the label and row names, then the mechanism.
     pub fn parse(body: &RequestBody, ctx: &Context) -> Result<Request, RequestError> {
-        let input = Input::parse(
+        let input = parse_input(
             body.counts.as_ref().map(|c| c.0.as_slice()),
             body.table.as_ref().map(|t| t.0.as_slice()),
             ctx,
@@ -306,6 +308,67 @@ impl Request {
             Input::Table(t) => super::table::check(plan.draw(), t, &sens),
         }?;
         Ok(plan)
+    }
+}
+
+/// `counts` or `table` of a request, parsed against the dataset and the service limits.
+fn parse_input(
+    counts: Option<&[f64]>,
+    table: Option<&[Vec<f64>]>,
+    ctx: &Context,
+) -> Result<Input, RequestError> {
+    let too_large = |field: &'static str, at: String| {
+        RequestError::new(
+            field,
+            format!("{field}{at} exceeds the largest supported count, {MAX_COUNT:e}"),
+        )
+    };
+    match (counts, table) {
+        (Some(counts), None) => {
+            let counts = Counts::new(counts.to_vec(), ctx.max_dimension)
+                .map_err(|e| RequestError::param("counts", e))?;
+            if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
+                return Err(too_large("counts", format!("[{index}]")));
+            }
+            if let Some(cells) = ctx.cells.filter(|&n| n != counts.len()) {
+                return Err(RequestError::new(
+                    "counts",
+                    format!(
+                        "the dataset names {cells} cells, and counts has {}",
+                        counts.len()
+                    ),
+                ));
+            }
+            Ok(Input::Vector(counts))
+        }
+        (None, Some(rows)) => {
+            let table_error = |e: TableError| RequestError::param("table", e);
+            check_relation(&ctx.sensitivity).map_err(table_error)?;
+            let t = CountTable::new(rows.to_vec(), ctx.max_dimension).map_err(table_error)?;
+            for (row, counts) in t.rows().iter().enumerate() {
+                if let Some(index) = counts.as_slice().iter().position(|&x| x > MAX_COUNT) {
+                    return Err(too_large("table", format!("[{row}][{index}]")));
+                }
+            }
+            if let Some(cells) = ctx.cells.filter(|&n| n != t.cells()) {
+                return Err(RequestError::new(
+                    "table",
+                    format!(
+                        "the dataset names {cells} cells, and the table's rows have {}",
+                        t.cells()
+                    ),
+                ));
+            }
+            Ok(Input::Table(t))
+        }
+        (Some(_), Some(_)) => Err(RequestError::new(
+            "table",
+            "give counts (one vector) or table (rows of counts), not both",
+        )),
+        (None, None) => Err(RequestError::new(
+            "counts",
+            "counts (one vector) or table (rows of counts) is required",
+        )),
     }
 }
 
