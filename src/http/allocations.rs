@@ -19,7 +19,7 @@ use uuid::Uuid;
 use super::auth::Caller;
 use super::error::{problems, ApiError};
 use super::extract::{Admin, ApiJson, ApiPath};
-use super::openapi::DatasetId;
+use super::paths::DatasetId;
 use super::views::{AllocationView, SortedJson};
 use super::AppState;
 use crate::access::TokenId;
@@ -90,7 +90,7 @@ struct TokenIdParam;
 
 impl IntoParams for TokenIdParam {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![super::openapi::token_id_param(
+        vec![super::paths::token_id_param(
             "token_id",
             "An analyst token's public id (the `<id>` of `dra_<id>_<secret>`) whose scope \
              includes the dataset.",

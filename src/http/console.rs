@@ -28,7 +28,7 @@ use uuid::Uuid;
 use super::auth::Caller;
 use super::error::{problems, ApiError};
 use super::extract::ApiPath;
-use super::openapi::header_ref;
+use super::paths::header_ref;
 use super::AppState;
 use crate::schema::{self, SchemaRef};
 

@@ -20,11 +20,16 @@ use uuid::Uuid;
 use super::auth::Caller;
 use super::error::{problems, ApiError};
 use super::extract::{parse_json, Admin, ApiJson, ApiPath};
-use super::openapi::{self, DatasetId};
-use super::views::{AllocationView, BudgetView, DatasetListView, DatasetView, SortedJson};
+use super::paths::{self, DatasetId};
+use super::views::{
+    path_views, AllocationView, BudgetView, DatasetListView, DatasetView, SortedJson,
+};
 use super::AppState;
 use crate::ledger::charge::{MAX_EPSILON, QUANTUM_BITS};
-use crate::ledger::{DatasetName, DpTarget, Names, NewDataset, Units, UnitsError};
+use crate::ledger::population::PathEntry;
+use crate::ledger::{
+    Dataset, DatasetName, DpTarget, Names, NewDataset, Population, Units, UnitsError,
+};
 use crate::privacy::convert::{default_order, dp_to_rdp_budget};
 use crate::privacy::{Delta, Epsilon, Order, ParamError, Sensitivity};
 use crate::schema::{self, SchemaRef};
@@ -392,8 +397,8 @@ struct Registered;
 impl utoipa::IntoResponses for Registered {
     fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
         let id = "$response.body#/id";
-        let on = |operation| openapi::link(operation, &[("id", id)]);
-        let response = openapi::created(
+        let on = |operation| paths::link(operation, &[("id", id)]);
+        let response = paths::created(
             "Registered.",
             &DatasetView::name(),
             &[("Location", "Location")],
@@ -500,9 +505,40 @@ async fn budget(
             .first()
             .map(AllocationView::from);
     }
-    let (path, binding) =
-        super::populations::path_views(&super::populations::dataset_path(&state, &dataset).await?);
+    let (path, binding) = path_views(&dataset_path(&state, &dataset).await?);
     view.path = Some(path);
     view.binding = binding;
     Ok(Json(view))
+}
+
+pub fn population_entry(p: &Population) -> PathEntry {
+    PathEntry {
+        kind: "population",
+        id: p.id,
+        name: p.name.clone(),
+        total: p.total,
+        spent: p.spent,
+    }
+}
+
+/// The dataset and every population above it, leaf first.
+pub async fn dataset_path(state: &AppState, d: &Dataset) -> Result<Vec<PathEntry>, ApiError> {
+    let mut path = vec![PathEntry {
+        kind: "dataset",
+        id: d.id,
+        name: d.name.clone(),
+        total: d.total,
+        spent: d.spent,
+    }];
+    if let Some(p) = d.population {
+        path.extend(
+            state
+                .store
+                .population_path(p)
+                .await?
+                .iter()
+                .map(population_entry),
+        );
+    }
+    Ok(path)
 }

@@ -15,6 +15,7 @@ pub mod mechanisms;
 pub mod metrics;
 pub mod openapi;
 pub mod ops;
+pub mod paths;
 pub mod plan;
 pub mod populations;
 pub mod releases;
@@ -43,7 +44,7 @@ use metrics::Metrics;
 /// What every handler and middleware shares. Axum clones the state for each extractor and
 /// layer that asks for it, several times a request: one reference count to bump, not the twenty
 /// or so of the fields' own `Arc`s (their clones and drops were about a sixth of the server's
-/// CPU under the spread benchmark, BENCHMARKS.md, "Keyed releases at the one-statement ceiling").
+/// CPU under the spread benchmark, BENCHMARKS.md, "End to end").
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 

@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::auth::Caller;
 use super::error::{problems, ApiError};
 use super::extract::{ApiJson, ApiPath};
-use super::openapi::DatasetId;
+use super::paths::DatasetId;
 use super::views::SortedJson;
 use super::AppState;
 use crate::ledger::Names;

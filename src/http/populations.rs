@@ -14,15 +14,15 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::datasets::{parse_budget, BudgetRequest};
+use super::datasets::{parse_budget, population_entry, BudgetRequest};
 use super::error::{problems, ApiError};
 use super::extract::{Admin, ApiJson, ApiPath};
-use super::openapi::DatasetId;
-use super::views::{BudgetSpecView, DatasetView, SortedJson};
+use super::paths::DatasetId;
+use super::views::{path_views, BudgetSpecView, DatasetView, PathNodeView, SortedJson};
 use super::AppState;
 use crate::ledger::population::{self, PathEntry};
 use crate::ledger::{
-    Children, Dataset, DatasetName, NewPopulation, NodeRefusal, Placement, Population, Units,
+    Children, DatasetName, NewPopulation, NodeRefusal, Placement, Population, Units,
 };
 use crate::schema;
 
@@ -119,77 +119,6 @@ impl From<&Population> for PopulationView {
 #[serde(deny_unknown_fields)]
 pub struct PopulationListView {
     pub populations: Vec<PopulationView>,
-}
-
-/// One node of a budget path.
-#[derive(Debug, Serialize, ToSchema)]
-#[schema(as = PathNode)]
-#[serde(deny_unknown_fields)]
-pub struct PathNodeView {
-    /// `dataset` or `population`.
-    pub kind: String,
-    pub id: Uuid,
-    pub name: String,
-    #[schema(minimum = 0, maximum = 8192)]
-    pub total: f64,
-    #[schema(minimum = 0, maximum = 8192)]
-    pub spent: f64,
-    #[schema(minimum = 0, maximum = 8192)]
-    pub remaining: f64,
-    /// Whether this node has the least remaining budget on the path (what limits the next
-    /// charge; several may tie).
-    pub binding: bool,
-}
-
-/// A path's nodes as views, with which binds.
-pub fn path_views(path: &[PathEntry]) -> (Vec<PathNodeView>, Option<Uuid>) {
-    let binding = population::binding(path);
-    let views = path
-        .iter()
-        .enumerate()
-        .map(|(i, e)| PathNodeView {
-            kind: e.kind.into(),
-            id: e.id,
-            name: e.name.clone(),
-            total: e.total.to_f64(),
-            spent: e.spent.to_f64(),
-            remaining: e.remaining().to_f64(),
-            binding: binding.contains(&i),
-        })
-        .collect();
-    (views, binding.first().map(|&i| path[i].id))
-}
-
-pub fn population_entry(p: &Population) -> PathEntry {
-    PathEntry {
-        kind: "population",
-        id: p.id,
-        name: p.name.clone(),
-        total: p.total,
-        spent: p.spent,
-    }
-}
-
-/// The dataset and every population above it, leaf first.
-pub async fn dataset_path(state: &AppState, d: &Dataset) -> Result<Vec<PathEntry>, ApiError> {
-    let mut path = vec![PathEntry {
-        kind: "dataset",
-        id: d.id,
-        name: d.name.clone(),
-        total: d.total,
-        spent: d.spent,
-    }];
-    if let Some(p) = d.population {
-        path.extend(
-            state
-                .store
-                .population_path(p)
-                .await?
-                .iter()
-                .map(population_entry),
-        );
-    }
-    Ok(path)
 }
 
 /// A population node's ledger (the `budget` of a `population-budget-exhausted` problem).

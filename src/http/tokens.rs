@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use super::error::{problems, ApiError};
 use super::extract::{Admin, ApiJson, ApiPath};
-use super::openapi;
+use super::paths;
 use super::views::SortedJson;
 use super::AppState;
 use crate::access::{generate_analyst_token, Role, TokenId, TokenRecord};
@@ -127,13 +127,13 @@ struct Created;
 impl utoipa::IntoResponses for Created {
     fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
         let first = [("id", "$response.body#/datasets/0")];
-        let response = openapi::created(
+        let response = paths::created(
             "Created.",
             &TokenCreatedView::name(),
             &[],
             &[
-                ("GetDataset", openapi::link("getDataset", &first)),
-                ("ListReleases", openapi::link("listReleases", &first)),
+                ("GetDataset", paths::link("getDataset", &first)),
+                ("ListReleases", paths::link("listReleases", &first)),
             ],
         );
         BTreeMap::from([("201".to_string(), response.into())])
@@ -253,7 +253,7 @@ struct TokenIdParam;
 
 impl IntoParams for TokenIdParam {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        vec![openapi::token_id_param(
+        vec![paths::token_id_param(
             "id",
             "The token's public id (the `<id>` of `dra_<id>_<secret>`).",
         )]

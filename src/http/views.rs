@@ -16,6 +16,7 @@ use utoipa::{PartialSchema, ToSchema};
 use uuid::Uuid;
 
 use super::error::ApiError;
+use crate::ledger::population::{self, PathEntry};
 use crate::ledger::{Allocation, BudgetState, Dataset, Names, Output, Release, ReleaseSummary};
 use crate::release::Record as Mechanism;
 use crate::schema::{self, SchemaRef};
@@ -71,7 +72,7 @@ pub struct BudgetView {
     /// The dataset, then every population above it up to the root (the budget endpoint only).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    pub path: Option<Vec<super::populations::PathNodeView>>,
+    pub path: Option<Vec<PathNodeView>>,
     /// The id of the node on `path` with the least remaining budget (the budget endpoint only).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -669,3 +670,42 @@ impl PartialSchema for Distributions {
 }
 
 impl ToSchema for Distributions {}
+
+/// One node of a budget path.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = PathNode)]
+#[serde(deny_unknown_fields)]
+pub struct PathNodeView {
+    /// `dataset` or `population`.
+    pub kind: String,
+    pub id: Uuid,
+    pub name: String,
+    #[schema(minimum = 0, maximum = 8192)]
+    pub total: f64,
+    #[schema(minimum = 0, maximum = 8192)]
+    pub spent: f64,
+    #[schema(minimum = 0, maximum = 8192)]
+    pub remaining: f64,
+    /// Whether this node has the least remaining budget on the path (what limits the next
+    /// charge; several may tie).
+    pub binding: bool,
+}
+
+/// A path's nodes as views, with which binds.
+pub fn path_views(path: &[PathEntry]) -> (Vec<PathNodeView>, Option<Uuid>) {
+    let binding = population::binding(path);
+    let views = path
+        .iter()
+        .enumerate()
+        .map(|(i, e)| PathNodeView {
+            kind: e.kind.into(),
+            id: e.id,
+            name: e.name.clone(),
+            total: e.total.to_f64(),
+            spent: e.spent.to_f64(),
+            remaining: e.remaining().to_f64(),
+            binding: binding.contains(&i),
+        })
+        .collect();
+    (views, binding.first().map(|&i| path[i].id))
+}

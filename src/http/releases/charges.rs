@@ -24,7 +24,7 @@ use super::super::auth::Caller;
 use super::super::error::{problems, ApiError};
 use super::super::extract::{ApiJson, ApiPath};
 use super::super::limits::CommitGate;
-use super::super::openapi::{DatasetId, IdempotencyKey};
+use super::super::paths::{DatasetId, IdempotencyKey};
 use super::super::populations::population_exhausted;
 use super::super::views::ReleaseView;
 use super::super::AppState;

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::super::error::ApiError;
 use super::super::extract::parse_json_bounded;
-use super::super::openapi;
+use super::super::paths;
 use super::super::views::ReleaseView;
 use super::super::AppState;
 use crate::ledger::Dataset;
@@ -82,7 +82,7 @@ pub(super) struct Created;
 impl utoipa::IntoResponses for Created {
     fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
         let dataset = "$response.body#/dataset_id";
-        let response = openapi::created(
+        let response = paths::created(
             "Charged and drawn (or, with `Idempotent-Replayed: true`, replayed).",
             &ReleaseView::name(),
             &[
@@ -92,15 +92,15 @@ impl utoipa::IntoResponses for Created {
             &[
                 (
                     "GetRelease",
-                    openapi::link(
+                    paths::link(
                         "getRelease",
                         &[("id", dataset), ("release_id", "$response.body#/id")],
                     ),
                 ),
-                ("GetBudget", openapi::link("getBudget", &[("id", dataset)])),
+                ("GetBudget", paths::link("getBudget", &[("id", dataset)])),
                 (
                     "ListReleases",
-                    openapi::link("listReleases", &[("id", dataset)]),
+                    paths::link("listReleases", &[("id", dataset)]),
                 ),
             ],
         );

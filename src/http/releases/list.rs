@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::super::auth::Caller;
 use super::super::error::{problems, ApiError};
 use super::super::extract::{ApiPath, ApiQuery};
-use super::super::openapi::DatasetId;
+use super::super::paths::DatasetId;
 use super::super::views::{
     names, ReleaseItems, ReleaseListView, ReleaseRecordView, ReleaseSummaryView, SortedJson,
 };

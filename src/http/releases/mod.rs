@@ -33,7 +33,7 @@ use super::auth::Caller;
 use super::error::{problems, ApiError};
 use super::extract::{parse_json_bounded, ApiJson, ApiPath};
 use super::limits::CommitGate;
-use super::openapi::{DatasetId, IdempotencyKey};
+use super::paths::{DatasetId, IdempotencyKey};
 use super::views::{
     allocation_json, budget_json, names, AllocationView, BudgetView, CostView, ReleaseView,
     SortedJson,
