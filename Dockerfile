@@ -73,6 +73,12 @@ RUN set -eux; \
 # hadolint ignore=DL3006
 FROM ${RUNTIME_IMAGE} AS runtime
 
+# The version is the crate's (Cargo.toml) and the API's (openapi.yaml): tests/it/repository.rs
+# checks that the three agree.
+LABEL org.opencontainers.image.title="dirichlet-release" \
+      org.opencontainers.image.version="0.1.0" \
+      org.opencontainers.image.licenses="MIT OR Apache-2.0"
+
 # No package is added: the HEALTHCHECK is the binary's own subcommand (no curl), and the binary
 # makes no TLS connection (it is built without a TLS stack: TLS to PostgreSQL is not supported,
 # and HTTPS is a proxy's job, SECURITY.md), so it reads no CA certificates.

@@ -16,6 +16,7 @@ mod ledgerlog;
 mod openapi;
 mod populations;
 mod reliability;
+mod repository;
 mod security;
 mod seeds;
 mod sqlite_failures;
