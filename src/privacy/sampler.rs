@@ -390,7 +390,7 @@ fn compensated_sum(values: &[f64]) -> Compensated {
 /// Written out here rather than calling `rand_distr::Gamma` because the shapes change from
 /// cell to cell (r·xᵢ + α): building a `Gamma` per cell (validation, a three-way choice of
 /// representation and its match on every draw) took ~5 of ~23 ns per draw, and `Gamma`
-/// offers no way to supply c computed in bulk (BENCHMARKS.md, "Sampler"). The normal deviates
+/// offers no way to supply c computed in bulk (BENCHMARKS.md, "Sampler vs numpy"). The normal deviates
 /// still come from rand_distr's ziggurat and the exponentials from its `Exp1`. 1/(3√d) rather than
 /// 1/√(9d) keeps c from overflowing to 0 for d near f64::MAX (v ≈ 1 there either way).
 #[inline(always)]

@@ -725,7 +725,7 @@ async fn idempotent_retries_return_the_stored_release(backend: Backend) {
 
 /// A replay is the same 201 body as the original — `budget` included, which is
 /// the ledger right after that release was charged, not the ledger at the time of the retry.
-/// Before the fix the replay's `budget` counted the releases made since (`releases` 2, not 1).
+/// (The ledger now would count the releases made since: `releases` 2, not 1.)
 async fn a_replay_answers_the_original_201(backend: Backend) {
     let app = spawn_app(backend).await;
     // A dataset with a δ, so that the budget's (ε, δ) view is compared too.
@@ -1748,8 +1748,8 @@ async fn invalid_tables_and_labels_are_refused(backend: Backend) {
 /// Names that look alike are one name, and names hiding invisible text are refused: dataset
 /// names, cell names, labels and row names are trimmed and stored in NFC, compared after that,
 /// and refused (422 at their field, quoting nothing) with format characters, separators, or
-/// nothing but whitespace. Before the fix `"flu"` and `"flu\u200b"`, NFC and NFD, a BOM prefix,
-/// U+2028, whitespace-only names and U+202E were all accepted as they were sent.
+/// nothing but whitespace: `"flu"` and `"flu\u200b"`, NFC and NFD, a BOM prefix, U+2028,
+/// whitespace-only names and U+202E are not accepted as they were sent.
 async fn names_are_normalised_and_invisible_characters_refused(backend: Backend) {
     let app = spawn_app(backend).await;
     let marker = "31415926";

@@ -2503,7 +2503,7 @@ async fn stalled_posts(app: &TestApp, stalls: &[(Operation, String)]) -> Vec<Rep
 }
 
 /// Requests on which the server is wrong and the description right, found by this file and by
-/// scripts/ci/schemathesis.sh, and reported to the lead with their fixes. Remove the `ignore` once
+/// scripts/ci/schemathesis.sh. Remove the `ignore` once
 /// fixed (the tests `reported::server_bugs_on_*`). Each line: the request, and the answer the
 /// description calls for (a status, or just a conforming response); never a 5xx.
 async fn reported_server_bugs(backend: Backend) {

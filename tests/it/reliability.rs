@@ -952,7 +952,7 @@ async fn full_outage() {
 }
 
 /// PostgreSQL restarted under load again and again, by fast and immediate shutdowns in turn
-/// (what a red-team run did: with group commit on, some commits were answered 500): every answer
+/// (with group commit on, connection errors must not become 500s): every answer
 /// is 201, 503 with Retry-After and nothing charged, or 504 `commit-outcome-unknown` when the
 /// connection was cut once the commit was sent; the ledger holds, and the key retry returns what
 /// the 504s left unanswered.
@@ -999,7 +999,7 @@ async fn full_frozen() {
     .await;
 }
 
-// ------------------------------------------------------------------- the outside attack
+// ------------------------------------------------------------- requests from an attacker
 
 use crate::common::app::{assert_problem_about, spawn_app_with, Backend, ADMIN_TOKEN};
 
@@ -1017,11 +1017,10 @@ fn ones(n: usize) -> String {
     s
 }
 
-/// Item 2: once the charge is committed the client gets the 201, and a 503 means "not charged".
+/// Once the charge is committed the client gets the 201, and a 503 means "not charged".
 /// 10⁶-cell releases under a 100 ms request timeout (the draw alone takes longer), mixed with
-/// 3-cell ones that finish in time. Before the fix the timeout answered 503 while the release
-/// task went on to draw and commit: the ledger counted releases nobody received (more charges
-/// than 201s).
+/// 3-cell ones that finish in time. A release task that went on to draw and commit after its
+/// 503 would show as more charges than 201s.
 async fn a_timed_out_release_is_never_charged(backend: Backend) {
     let _serial = SERIAL.lock().await;
     let app = spawn_app_with(backend, |s| s.request_timeout_ms = 100).await;
@@ -1074,7 +1073,7 @@ async fn a_timed_out_release_is_never_charged(backend: Backend) {
         }
     }
     assert!(other.is_empty(), "only 201, 503 and 504: {other:?}");
-    // Let cut release tasks finish their draws (and, before the fix, their commits).
+    // Let cut release tasks finish their draws (and any commit, which must not happen).
     tokio::time::sleep(Duration::from_secs(5)).await;
     let budget = loop {
         let response = app
@@ -1190,8 +1189,8 @@ impl LockHolder {
 /// the lock past the database's own lock/busy timeout: the database refuses it, and that is the
 /// answer (503 `service-unavailable`, not charged). Then: every answer is 201 or 503 `timeout`,
 /// the releases stored are exactly those answered 201 (by label), and the ledger's count and
-/// `spent` equal the 201s. The database answers every commit here, so no 504 is justified. Before the fix a commit that outlasted a second request timeout was
-/// answered 504 although it went on to commit: charged, and answered as if it might not be.
+/// `spent` equal the 201s. The database answers every commit here, so no 504 is justified: a
+/// commit that outlasts a second request timeout must not be answered 504 and then commit.
 async fn a_commit_racing_the_timeout_is_answered(backend: Backend) {
     const TIMEOUT_MS: u64 = 60;
     let _serial = SERIAL.lock().await;
@@ -1321,8 +1320,8 @@ async fn a_commit_racing_the_timeout_is_answered(backend: Backend) {
     let refused = refused.unwrap();
     let refused_status = refused.status();
     let refused_type = refused.json::<Value>().await.unwrap()["type"].clone();
-    // A cut release task finishes its draw and stops; before the fix, a commit answered 504
-    // went on to finish.
+    // A cut release task finishes its draw and stops; a commit answered 504 must not go on to
+    // finish.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let listing: Value = loop {
         let response = app
@@ -1411,9 +1410,9 @@ async fn a_commit_racing_the_timeout_is_answered(backend: Backend) {
     );
 }
 
-/// Item 6: a listing page is bounded by bytes as well as by count, and stored outputs by a
-/// per-dataset quota whose refusal charges nothing. Before the fix `?limit=4` returned all three
-/// releases whatever their size, and the fourth release was stored (201).
+/// A listing page is bounded by bytes as well as by count, and stored outputs by a
+/// per-dataset quota whose refusal charges nothing: `?limit=4` does not return all three
+/// releases whatever their size, and the fourth release is refused, not stored.
 async fn listings_and_stored_outputs_are_bounded(backend: Backend) {
     let app = spawn_app_with(backend, |s| {
         s.max_page_bytes = 100_000;
@@ -1493,8 +1492,8 @@ fn memory_mib(pid: u32) -> (f64, f64) {
 
 /// Items 8 and 9 against the real binary: a 32 MiB body whose `alpha` has 16.7 M entries is
 /// refused after at most 10⁶ of them are parsed, and eight at once wait their turn for the
-/// body allowance. Before the fix one such body peaked at +672 MB (serde's untagged enum buffered
-/// every entry as a generic value) and eight at 1.5 GB.
+/// body allowance (buffering every entry as a generic value, as serde's untagged enums do, one
+/// such body peaks at +672 MB and eight at 1.5 GB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parsing_memory_is_bounded() {
     let _serial = SERIAL.lock().await;
@@ -1587,9 +1586,9 @@ where
     out
 }
 
-/// Item 7: a client that stops reading a large listing is disconnected after the write timeout,
-/// which frees the response. Before the fix the server kept the connection and its response
-/// for as long as the client held it (four such clients held +370 MB past the request timeout).
+/// A client that stops reading a large listing is disconnected after the write timeout,
+/// which frees the response (kept for as long as the client held it, four such clients would
+/// hold +370 MB past the request timeout).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_readers_are_cut_by_the_write_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

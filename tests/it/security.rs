@@ -425,7 +425,7 @@ async fn idempotency_keys_are_bound_to_their_caller(backend: Backend) {
     assert_eq!(app.budget(&id).await["releases"], 1);
 }
 
-// ------------------------------------------------------------------- the outside attack
+// ------------------------------------------------------------- requests from an attacker
 
 /// The digits of this marker must appear in no problem document.
 const MARKER: &str = "31415926";
@@ -439,11 +439,11 @@ async fn assert_unquoted(response: reqwest::Response, status: StatusCode, slug: 
     problem
 }
 
-/// Items 1, 3, 11, 13, 14. Before the fix: `[31415926, 1, 2]` was parsed positionally and its
-/// 422 quoted "integer `31415926`"; `[[120,45,3],0.4]` made a release, `["x",[0.5,2]]` a dataset
-/// and `[["<id>"]]` a token; an unknown mechanism or field name was quoted back; `1e999` was a
-/// 400; a malformed id's 404 quoted the path and the parser's complaint; ε = 5e-324 gave a
-/// 419-character detail.
+/// Problem documents quote nothing that was sent. Each case is one a lenient parser gets wrong:
+/// `[31415926, 1, 2]` parsed positionally, its 422 quoting "integer `31415926`";
+/// `[[120,45,3],0.4]` making a release, `["x",[0.5,2]]` a dataset and `[["<id>"]]` a token; an
+/// unknown mechanism or field name quoted back; `1e999` a 400; a malformed id's 404 quoting the
+/// path and the parser's complaint; ε = 5e-324 giving a 419-character detail.
 async fn bodies_are_objects_and_problems_quote_nothing(backend: Backend) {
     let app = spawn_app(backend).await;
     let id = app.create_dataset(2.0, 4.0).await;
@@ -575,8 +575,8 @@ async fn bodies_are_objects_and_problems_quote_nothing(backend: Backend) {
 }
 
 /// Odd bytes in a path id name no resource: 404 `not-found`, never a 500, on every route that
-/// takes an id. Before the fix `PUT`/`DELETE …/allocations/%00` reached PostgreSQL as text
-/// ("invalid byte sequence for encoding UTF8", 500; SQLite: 404). A bearer token's id, which
+/// takes an id (`PUT`/`DELETE …/allocations/%00` must not reach PostgreSQL as text, where it is
+/// "invalid byte sequence for encoding UTF8", a 500). A bearer token's id, which
 /// reaches the database too, is refused before it does (an `Idempotency-Key`: see
 /// `idempotency_keys_sent_twice_or_not_ascii_are_refused`).
 async fn odd_bytes_in_path_ids_name_no_resource(backend: Backend) {
@@ -686,8 +686,8 @@ async fn odd_bytes_in_path_ids_name_no_resource(backend: Backend) {
     }
 }
 
-/// Item 12. Before the fix the first of two `Idempotency-Key` headers won silently (201). A key
-/// with bytes outside visible ASCII is refused too, before it could reach the database as text.
+/// Two `Idempotency-Key` headers are refused, not resolved by taking the first. A key with
+/// bytes outside visible ASCII is refused too, before it could reach the database as text.
 async fn idempotency_keys_sent_twice_or_not_ascii_are_refused(backend: Backend) {
     let app = spawn_app(backend).await;
     let id = app.create_dataset(2.0, 4.0).await;
@@ -720,8 +720,8 @@ async fn idempotency_keys_sent_twice_or_not_ascii_are_refused(backend: Backend) 
     assert_eq!(app.budget(&id).await["releases"], 0);
 }
 
-/// Item 10. Before the fix an analyst posting a bad body to an admin-only route got 415, 400 or
-/// 422 (the body was parsed before the role was checked).
+/// An analyst posting a bad body to an admin-only route gets 403, not the 415, 400 or 422 of a
+/// body parsed before the role was checked.
 async fn admin_routes_check_the_role_before_the_body(backend: Backend) {
     let app = spawn_app(backend).await;
     let id = app.create_dataset(2.0, 4.0).await;
@@ -743,8 +743,8 @@ async fn admin_routes_check_the_role_before_the_body(backend: Backend) {
     }
 }
 
-/// Item 9. Before the fix a request declaring a 40 MB body (and sending none) waited the whole
-/// request timeout (30 s) and got 503 `timeout`.
+/// A request declaring a 40 MB body (and sending none) is refused at once, rather than waiting
+/// the whole request timeout (30 s) for a 503 `timeout`.
 async fn a_declared_oversized_body_is_refused_at_once(backend: Backend) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let app = spawn_app(backend).await;
@@ -778,8 +778,8 @@ async fn a_declared_oversized_body_is_refused_at_once(backend: Backend) {
     assert_eq!(app.budget(&id).await["releases"], 0);
 }
 
-/// Items 4 and 5. Before the fix 40 requests with 4 KB methods grew `/metrics` by ~2.7 MB (each
-/// method became a label value), and the unauthenticated `/metrics` listed every dataset id.
+/// `/metrics` stays bounded (a method is not a label value: 40 requests with 4 KB methods would
+/// add ~2.7 MB), and only the admin token sees per-dataset series (ids).
 async fn metrics_are_bounded_and_dataset_series_need_the_admin_token(backend: Backend) {
     let app = spawn_app(backend).await;
     let id = app.create_dataset(2.0, 4.0).await;
@@ -840,7 +840,7 @@ async fn metrics_are_bounded_and_dataset_series_need_the_admin_token(backend: Ba
     .await;
 }
 
-/// Item 16. Before the fix the SQLite database, WAL and SHM files were created 0644.
+/// The SQLite database, WAL and SHM files are created owner-only (0600), not 0644.
 #[cfg(unix)]
 #[tokio::test]
 async fn sqlite_files_are_created_owner_only() {
@@ -866,8 +866,8 @@ async fn sqlite_files_are_created_owner_only() {
     }
 }
 
-/// Item 17. Before the fix these admin tokens passed the start-up check but could never sign in
-/// (the bearer value is trimmed; a `dra_` token is looked up as an analyst token).
+/// Admin tokens that could never sign in are refused at start-up (the bearer value is trimmed;
+/// a `dra_` token is looked up as an analyst token).
 #[tokio::test]
 async fn admin_tokens_that_cannot_sign_in_are_refused_at_start_up() {
     let (database_url, _dir, _) = fresh_database(Backend::Sqlite).await;
@@ -892,8 +892,8 @@ async fn admin_tokens_that_cannot_sign_in_are_refused_at_start_up() {
 }
 
 /// A plan whose request ends first stops: its work is cancelled, not left running on cores the
-/// sampler needs (a red-team finding: three 10,000-item plans kept two cores busy for 36
-/// CPU-seconds after their 503s). The plan here would take far longer than the request's 300 ms;
+/// sampler needs (without it, three 10,000-item plans kept two cores busy for 36 CPU-seconds
+/// after their 503s). The plan here would take far longer than the request's 300 ms;
 /// the service answers 503 `timeout` and the planner reports the cancellation.
 async fn a_plan_whose_request_ends_is_cancelled(backend: Backend) {
     let app = spawn_app_with(backend, |s| s.request_timeout_ms = 300).await;
