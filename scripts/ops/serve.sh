@@ -48,7 +48,7 @@ serve() {
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   export ADMIN="test-admin-$(date +%s)-$RANDOM-token"
   export BASE="http://127.0.0.1:$port"
-  SERVE_DATABASE_URL=$url
+  export SERVE_DATABASE_URL=$url
   SERVER_LOG="$serve_work/server.log"
   DIRICHLET_DATABASE_URL="$url" DIRICHLET_LISTEN="127.0.0.1:$port" DIRICHLET_ADMIN_TOKEN="$ADMIN" \
     "$bin" >"$SERVER_LOG" 2>&1 &
