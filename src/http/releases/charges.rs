@@ -128,76 +128,58 @@ pub enum Event {
     },
 }
 
-/// A charge's body: one event with an optional label, or a composition of events.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(tag = "mechanism", rename_all = "lowercase", deny_unknown_fields)]
-pub enum ChargeBody {
+/// `ChargeBody`: each variant with the optional `label`, written once here. serde's `flatten`
+/// would say it once without a macro, but refuses `deny_unknown_fields`, which a body must keep.
+macro_rules! labelled_variants {
+    ($($variant:ident { $($(#[$field_meta:meta])* $field:ident: $ty:ty,)* })*) => {
+        /// A charge's body: one event with an optional label, or a composition of events.
+        #[derive(Debug, Clone, Deserialize, Serialize)]
+        #[serde(tag = "mechanism", rename_all = "lowercase", deny_unknown_fields)]
+        pub enum ChargeBody {
+            $($variant {
+                $($(#[$field_meta])* $field: $ty,)*
+                #[serde(
+                    default,
+                    deserialize_with = "crate::wire::non_null",
+                    skip_serializing_if = "Option::is_none"
+                )]
+                label: Option<String>,
+            },)*
+        }
+    };
+}
+
+labelled_variants! {
     Gaussian {
         sigma: Positive,
         sensitivity: Positive,
         #[serde(default = "one")]
         count: Count,
-        #[serde(
-            default,
-            deserialize_with = "crate::wire::non_null",
-            skip_serializing_if = "Option::is_none"
-        )]
-        label: Option<String>,
-    },
+    }
     Laplace {
         scale: Positive,
         sensitivity: Positive,
         #[serde(default = "one")]
         count: Count,
-        #[serde(
-            default,
-            deserialize_with = "crate::wire::non_null",
-            skip_serializing_if = "Option::is_none"
-        )]
-        label: Option<String>,
-    },
+    }
     Pure {
         epsilon: Positive,
         #[serde(default = "one")]
         count: Count,
-        #[serde(
-            default,
-            deserialize_with = "crate::wire::non_null",
-            skip_serializing_if = "Option::is_none"
-        )]
-        label: Option<String>,
-    },
+    }
     Zcdp {
         rho: Positive,
         #[serde(default = "one")]
         count: Count,
-        #[serde(
-            default,
-            deserialize_with = "crate::wire::non_null",
-            skip_serializing_if = "Option::is_none"
-        )]
-        label: Option<String>,
-    },
+    }
     Rdp {
         epsilon: NonNegative,
         #[serde(default = "one")]
         count: Count,
-        #[serde(
-            default,
-            deserialize_with = "crate::wire::non_null",
-            skip_serializing_if = "Option::is_none"
-        )]
-        label: Option<String>,
-    },
+    }
     Composed {
         events: Vec<Event>,
-        #[serde(
-            default,
-            deserialize_with = "crate::wire::non_null",
-            skip_serializing_if = "Option::is_none"
-        )]
-        label: Option<String>,
-    },
+    }
 }
 
 impl ChargeBody {
