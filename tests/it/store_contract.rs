@@ -95,6 +95,7 @@ contract_tests! {
     concurrent_releases_never_overrun_an_allocation => concurrent_releases_never_overrun_an_allocation_sqlite, concurrent_releases_never_overrun_an_allocation_postgres;
     names_round_trip => names_round_trip_sqlite, names_round_trip_postgres;
     a_stale_population_hint_still_charges_the_population => a_stale_population_hint_still_charges_the_population_sqlite, a_stale_population_hint_still_charges_the_population_postgres;
+    replicas_share_a_hot_dataset => replicas_share_a_hot_dataset_sqlite, replicas_share_a_hot_dataset_postgres;
 }
 
 /// A release whose caller read its dataset before the dataset joined a population (its
@@ -598,6 +599,124 @@ async fn concurrent_commits_respect_the_budget(f: Fixture) {
         listed.iter().map(|r| r.id).collect::<BTreeSet<_>>(),
         committed_ids
     );
+}
+
+/// Four replicas (stores) on one database, all releases on one dataset, with budget for fewer
+/// than are asked: exactly the budget's worth is admitted, with seqs 1..k, `spent` equal to the
+/// sum of the stored costs and a release log that verifies. Half the releases carry a key, and
+/// each keyed one is sent again at the same moment through another replica (a client retrying
+/// elsewhere): one of the two is committed and the other answered with it, or both refused. On
+/// PostgreSQL the replicas' releases still share transactions (group commit across replicas;
+/// releases written by one transaction share `xmin`): at least two per transaction on average.
+async fn replicas_share_a_hot_dataset(f: Fixture) {
+    const REPLICAS: usize = 4;
+    const PER_REPLICA: usize = 60;
+    const K: i64 = 100;
+    let charge = cost(0.125);
+    let d = f
+        .store
+        .create_dataset(&NewDataset {
+            total: Units::from_raw(K * charge.raw()).unwrap(),
+            ..new_dataset("hot across replicas", 0.0)
+        })
+        .await
+        .unwrap();
+    let mut stores = Vec::new();
+    for _ in 0..REPLICAS {
+        let options = StoreOptions {
+            commit_slots: 1,
+            ..options()
+        };
+        stores.push(
+            connect(&f.url, &options)
+                .await
+                .expect("a replica opens the store"),
+        );
+    }
+    let mut tasks = Vec::new();
+    for i in 0..REPLICAS * PER_REPLICA {
+        let key = (i % 2 == 0).then(|| format!("key-{i}"));
+        let sends = if key.is_some() { 2 } else { 1 };
+        for send in 0..sends {
+            let store = Arc::clone(&stores[(i + send) % REPLICAS]);
+            let new = new_release(d.id, charge, key.as_deref());
+            tasks.push(tokio::spawn(async move {
+                (i, store.commit_release(&new).await)
+            }));
+        }
+    }
+    let mut by_request = std::collections::BTreeMap::<usize, Vec<CommitOutcome>>::new();
+    for task in tasks {
+        let (i, outcome) = task.await.unwrap();
+        by_request
+            .entry(i)
+            .or_default()
+            .push(outcome.expect("no commit fails"));
+    }
+    let mut committed = BTreeSet::new();
+    for (i, outcomes) in &by_request {
+        let mut ids = BTreeSet::new();
+        let (mut new, mut refused) = (0, 0);
+        for outcome in outcomes {
+            match outcome {
+                CommitOutcome::Committed { release, .. } => {
+                    new += 1;
+                    ids.insert(release.id);
+                }
+                CommitOutcome::Existing { release, .. } => {
+                    ids.insert(release.id);
+                }
+                CommitOutcome::Exhausted { budget } => {
+                    assert!(!budget.admits(charge));
+                    refused += 1;
+                }
+                other => panic!("request {i}: unexpected {other:?}"),
+            }
+        }
+        assert!(
+            (new == 1 && refused == 0 && ids.len() == 1) || refused == outcomes.len(),
+            "request {i}: charged once and answered with that release, or refused: {outcomes:?}"
+        );
+        committed.extend(ids);
+    }
+    assert_eq!(
+        committed.len(),
+        K as usize,
+        "exactly the budget's worth admitted"
+    );
+    let after = dataset(&*f.store, d.id).await;
+    assert_eq!((after.spent, after.releases), (after.total, K));
+    let mut stored = Vec::new();
+    let mut before = None;
+    loop {
+        let page = f.store.list_releases(d.id, before, 40).await.unwrap();
+        let Some(last) = page.last() else { break };
+        before = Some(last.seq);
+        stored.extend(page);
+    }
+    assert_eq!(
+        stored.iter().map(|r| r.id).collect::<BTreeSet<_>>(),
+        committed
+    );
+    assert_eq!(
+        stored.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (1..=K).rev().collect::<Vec<_>>()
+    );
+    let sum: i64 = stored.iter().map(|r| r.cost.raw()).sum();
+    assert_eq!(
+        sum,
+        after.spent.raw(),
+        "spent is the sum of the stored costs"
+    );
+    let verdict = verify_log(&*f.store, d.id, 16).await;
+    assert_eq!((verdict.checked, verdict.failure), (K, None));
+    if f.store.backend() == "postgres" {
+        let transactions = transactions(&f.url, Some(d.id)).await;
+        assert!(
+            transactions * 2 <= K as usize,
+            "{K} releases in {transactions} transactions: the replicas' groups fell apart"
+        );
+    }
 }
 
 async fn concurrent_retries_commit_once(f: Fixture) {

@@ -35,6 +35,22 @@
 //! rows are the one exception (below): the group waits for them, last and in ascending id order,
 //! as every transaction that locks them does, so a group still cannot deadlock with anyone.
 //!
+//! Replicas: every replica forms its own groups, and two replicas' groups of one dataset would
+//! meet on its row. Skipping the row there sent the later group's members to commit alone, each
+//! queueing on the lock, so that every later group found the row locked too: with all load on
+//! one dataset, two replicas committed 0.35 × and four 0.13 × what one did (docs/SCALING.md).
+//! So a group first takes its turn on each of its datasets: a transaction-level advisory lock
+//! per dataset (`pg_advisory_xact_lock`, [`TURN_CLASS`] and [`turn_key`]), all in key order in
+//! one statement, waited for at most `max_wait` (`lock_timeout`; past it the members are
+//! answered unavailable, never charged), then the statement with a snapshot taken after the turn
+//! (so the previous group's commit is visible and the keys' `fresh` check holds), then COMMIT,
+//! which ends the turn. The groups of one dataset, from any replica, so run one after another,
+//! each with all the releases its replica gathered meanwhile. Only groups take turns, and they
+//! take them before any row lock, in one order: a group waiting for a turn holds no row lock,
+//! and whatever holds a row lock never waits for a turn, so the turns add no deadlock
+//! (docs/ARCHITECTURE.md, "Lock order"). Releases alone and other writers take no turn; the
+//! statement still skips the rows they hold, as below.
+//!
 //! Idempotency keys are checked in the statement, so that a key never aborts it (the unique
 //! index `releases_idempotency_unique` would abort the whole statement, every member's charge
 //! with it). A key is unique per dataset, and every transaction that stores a release of a
@@ -70,8 +86,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgRow;
-use sqlx::{FromRow, PgPool, Row};
+use sqlx::{Executor, FromRow, PgPool, Postgres, Row};
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use uuid::Uuid;
 
@@ -324,8 +341,9 @@ impl Runner {
         waiting
     }
 
-    /// Even a group of one runs the group's statement: it never waits for a lock, so a slot is
-    /// never held by a release queueing on another transaction's row lock.
+    /// Even a group of one runs the group's statement: it waits for no row lock (only for its
+    /// datasets' turns, bounded), so a slot is never held by a release queueing on another
+    /// transaction's row lock.
     async fn commit(&self, group: Vec<Queued>) {
         let (answers, members): (Vec<_>, Vec<_>) = group
             .into_iter()
@@ -383,6 +401,14 @@ impl Runner {
             .acquire()
             .await
             .map_err(|e| GroupError::NotSent(store_error("commit_release", e)))?;
+        // The group's own transaction: its datasets' turn first (module docs, "Replicas"), then
+        // the statement, with a snapshot taken once the turn is had, then the commit. Until
+        // COMMIT is sent nothing can be charged, so any failure before it is `NotSent`.
+        let begin = self.begin_turn(members);
+        if let Err(e) = conn.execute(begin.as_str()).await {
+            abandon(conn).await;
+            return Err(GroupError::NotSent(store_error("commit_release", e)));
+        }
         // Most groups carry no dataset of a population: their statement leaves the population
         // steps out (BENCHMARKS.md, "Keyed releases at the one-statement ceiling").
         let sql = if members.iter().any(Member::under_population) {
@@ -408,12 +434,76 @@ impl Runner {
             .bind(column(members, |m| m.fingerprint.as_deref()))
             .fetch_all(&mut *conn)
             .await;
-        drop(conn);
-        result.map_err(|e| match outcome_of(e) {
-            Ok(e) => GroupError::RolledBack(e),
-            Err(unknown) => GroupError::Unknown(unknown),
-        })
+        let rows = match result {
+            Ok(rows) => rows,
+            // The database refused the statement: its transaction is rolled back whole.
+            Err(e @ sqlx::Error::Database(_)) if !is_panic(&e) => {
+                abandon(conn).await;
+                return Err(GroupError::RolledBack(e));
+            }
+            // The connection failed before COMMIT was sent: the server rolls the transaction
+            // back when the session ends, so nothing was charged.
+            Err(e) => {
+                abandon(conn).await;
+                return Err(GroupError::NotSent(store_error("commit_release", e)));
+            }
+        };
+        match conn.execute("COMMIT").await {
+            Ok(_) => Ok(rows),
+            Err(e) => {
+                conn.close_on_drop();
+                Err(match outcome_of(e) {
+                    Ok(e) => GroupError::RolledBack(e),
+                    Err(unknown) => GroupError::Unknown(unknown),
+                })
+            }
+        }
     }
+
+    /// `BEGIN`, then the advisory lock of each of the group's datasets, in key order, waited for
+    /// at most `max_wait`: one round trip. The keys are integers formatted here, never text from
+    /// a request.
+    fn begin_turn(&self, members: &[Member]) -> String {
+        let mut keys: Vec<i32> = members.iter().map(|m| turn_key(m.dataset_id)).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let locks: Vec<String> = keys
+            .iter()
+            .map(|key| format!("pg_advisory_xact_lock({TURN_CLASS}, {key})"))
+            .collect();
+        format!(
+            "BEGIN; SET LOCAL lock_timeout = {}; SELECT {}",
+            self.max_wait.as_millis().max(1),
+            locks.join(", ")
+        )
+    }
+}
+
+/// The first key of every group turn's advisory lock (`pg_advisory_xact_lock(int4, int4)`), so
+/// that its locks share no key with any other advisory lock (the migrator's takes one `int8`).
+const TURN_CLASS: i32 = 0x5245_4c53;
+
+/// A dataset's turn key: its id folded to 32 bits. Two datasets that share a key only take turns
+/// they need not take; the locks are still taken in one order.
+fn turn_key(dataset_id: Uuid) -> i32 {
+    let id = dataset_id.as_u128();
+    #[allow(clippy::cast_possible_truncation)]
+    let folded = (id ^ (id >> 32) ^ (id >> 64) ^ (id >> 96)) as u32;
+    i32::from_ne_bytes(folded.to_ne_bytes())
+}
+
+/// Ends the group's transaction before its connection goes back to the pool (a connection that
+/// cannot say ROLLBACK is closed instead).
+async fn abandon(mut conn: PoolConnection<Postgres>) {
+    if conn.execute("ROLLBACK").await.is_err() {
+        conn.close_on_drop();
+    }
+}
+
+fn is_panic(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|db| db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+        .is_some_and(|pg| pg.severity() == sqlx::postgres::PgSeverity::Panic)
 }
 
 /// One of the statement's array parameters: a field of every member, in order.
