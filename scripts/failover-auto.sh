@@ -90,6 +90,7 @@ autoctl() {
   as_pg PATH="$pg_bin:/usr/bin:/bin" XDG_CONFIG_HOME="$work/xdg/config" XDG_DATA_HOME="$work/xdg/data" \
     XDG_RUNTIME_DIR="$work/xdg/run" pg_autoctl "$@"
 }
+descendants() { local child; for child in $(pgrep -P "$1"); do echo "$child"; descendants "$child"; done; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 now() { date +%s.%N; }
 event() { echo "$1 $(now)" >>"$work/events.txt"; }
@@ -104,7 +105,17 @@ haproxy_pid=
 # shellcheck disable=SC2329 # run by the EXIT trap
 cleanup() {
   local status=$?
-  for pid in "${pids[@]}" $haproxy_pid "${keeper[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}" $haproxy_pid; do kill "$pid" 2>/dev/null || true; done
+  # The keepers' process trees (a pg_autoctl service outlives its supervisor and would restart
+  # its postmaster), then the postmasters.
+  local postmasters=() trees=() node pid
+  for node in pg1 pg2 monitor; do
+    [ -f "$work/$node/postmaster.pid" ] && postmasters+=("$(head -1 "$work/$node/postmaster.pid")")
+  done
+  for pid in "${keeper[@]}"; do trees+=("$pid" $(descendants "$pid")); done
+  for pid in "${trees[@]}"; do
+    [[ " ${postmasters[*]} " == *" $pid "* ]] || kill -9 "$pid" 2>/dev/null || true
+  done
   for pid in "${pids[@]}" $haproxy_pid "${keeper[@]}"; do wait "$pid" 2>/dev/null || true; done
   for node in pg1 pg2 monitor; do
     [ -f "$work/$node/postmaster.pid" ] && as_pg "$pg_bin/pg_ctl" -D "$work/$node" -m immediate stop >/dev/null 2>&1
@@ -127,7 +138,7 @@ state_of() { # node: its reported state, as the monitor has it
 }
 primary_name() { monitor_sql "SELECT primary_name FROM pgautofailover.get_primary('default', 0)" 2>/dev/null || true; }
 run_keeper() { # node
-  autoctl pg_autoctl run --pgdata "$work/$1" >>"$work/$1.keeper.log" 2>&1 &
+  autoctl run --pgdata "$work/$1" >>"$work/$1.keeper.log" 2>&1 &
   keeper[$1]=$!
 }
 wait_state() { # node state seconds
@@ -139,12 +150,12 @@ wait_state() { # node state seconds
     sleep 0.2
   done
   echo "failover-auto: $1 did not reach $2 (it is $(state_of "$1"))" >&2
-  autoctl pg_autoctl show state --pgdata "$work/monitor" >&2 || true
+  autoctl show state --pgdata "$work/monitor" >&2 || true
   exit 1
 }
 
 # --- 1. the monitor, pg1 primary, pg2 synchronous secondary -----------------------------------
-autoctl pg_autoctl create monitor --pgdata "$work/monitor" --pgport "$pm" --hostname 127.0.0.1 \
+autoctl create monitor --pgdata "$work/monitor" --pgport "$pm" --hostname 127.0.0.1 \
   --auth trust --no-ssl >"$work/monitor.create.log" 2>&1
 run_keeper monitor
 for _ in $(seq 1 100); do monitor_sql "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
@@ -161,10 +172,10 @@ done
 monitor_sql "SELECT pg_reload_conf()" >/dev/null
 monitor_uri="postgres://autoctl_node@127.0.0.1:$pm/pg_auto_failover?sslmode=disable"
 create_node() { # node
-  autoctl pg_autoctl create postgres --pgdata "$work/$1" --pgport "${port[$1]}" --hostname 127.0.0.1 \
+  autoctl create postgres --pgdata "$work/$1" --pgport "${port[$1]}" --hostname 127.0.0.1 \
     --name "$1" --auth trust --no-ssl --monitor "$monitor_uri" --dbname dirichlet \
     >"$work/$1.create.log" 2>&1
-  autoctl pg_autoctl config set --pgdata "$work/$1" timeout.network_partition_timeout 4 >/dev/null
+  autoctl config set --pgdata "$work/$1" timeout.network_partition_timeout 4 >/dev/null
   run_keeper "$1"
 }
 create_node pg1
@@ -173,7 +184,7 @@ create_node pg2
 wait_state pg2 secondary 120
 wait_state pg1 primary 30
 if [ "$async" = 1 ]; then
-  autoctl pg_autoctl set node replication-quorum false --pgdata "$work/pg2" >/dev/null
+  autoctl set node replication-quorum false --pgdata "$work/pg2" >/dev/null
   for _ in $(seq 1 50); do [ -z "$(psql_at pg1 -c "SHOW synchronous_standby_names")" ] && break; sleep 0.2; done
 fi
 sync_names=$(psql_at pg1 -c "SHOW synchronous_standby_names")
@@ -239,11 +250,14 @@ sleep_until "$kill_at"
 sender=$(psql_at pg1 -c "SELECT pid FROM pg_stat_replication WHERE application_name LIKE 'pgautofailover_standby_%'")
 kill -STOP "$sender"
 sleep "$stall"
+# The whole node: the keeper's process tree (its supervisor, its postgres and node-active
+# services) and the postmaster's, frozen first so that no survivor restarts the others.
 postmaster=$(head -1 "$work/pg1/postmaster.pid")
-mapfile -t doomed < <(pgrep -P "${keeper[pg1]}"; pgrep -P "$(pgrep -d, -P "${keeper[pg1]}")"; echo "$postmaster"; pgrep -P "$postmaster")
+mapfile -t doomed < <(descendants "${keeper[pg1]}"; echo "$postmaster"; descendants "$postmaster")
+kill -STOP "${doomed[@]}" 2>/dev/null || true
 kill -9 "${keeper[pg1]}" "${doomed[@]}" 2>/dev/null || true
 event kill_pg1
-log "pg1 killed (SIGKILL to its keeper, postmaster and $((${#doomed[@]} - 1)) other processes) after ${stall}s with its WAL sender stopped"
+log "pg1 killed (SIGKILL to its keeper, its postmaster and $((${#doomed[@]} - 1)) other processes) after ${stall}s with its WAL sender stopped"
 wait "${keeper[pg1]}" 2>/dev/null || true
 unset 'keeper[pg1]'
 # From here on nothing is done to the formation but watch it (and, later, restart pg1's keeper).
