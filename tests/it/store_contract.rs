@@ -1566,19 +1566,27 @@ async fn a_release_queued_behind_an_unanswered_group_is_refused_in_time_postgres
         "the stalled statement is still unanswered"
     );
     release.notify_one();
+    // The group's transaction lost its connection before its COMMIT was sent: rolled back.
     assert!(matches!(
         first.await.unwrap(),
-        Err(StoreError::OutcomeUnknown(_))
+        Err(StoreError::Unavailable(_))
     ));
     assert_eq!(
         dataset(&*f.store, other.id).await.releases,
         0,
         "nothing charged"
     );
+    assert_eq!(
+        dataset(&*f.store, d.id).await.releases,
+        0,
+        "the cut-off group charged nothing"
+    );
 }
 
-/// A connection lost once the commit's statement is sent is `OutcomeUnknown` (504), not
-/// `Unavailable` (503, "not charged"): here the statement ran and charged the release.
+/// A connection lost once the group's COMMIT is sent is `OutcomeUnknown` (504), not
+/// `Unavailable` (503, "not charged"): here the transaction committed and charged the release.
+/// (Lost before the COMMIT, during the group's statement, it is `Unavailable` and charges
+/// nothing: `a_release_queued_behind_an_unanswered_group_is_refused_in_time_postgres`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_connection_during_a_commit_is_outcome_unknown_postgres() {
     let f = postgres().await;
@@ -1589,8 +1597,8 @@ async fn lost_connection_during_a_commit_is_outcome_unknown_postgres() {
         .unwrap();
     let (mut url, upstream) = upstream_of(&f.url);
     let new = new_release(d.id, cost(0.25), None);
-    // The release id travels only in the commit's Bind message (uuids are sent as 16 bytes).
-    let marker = new.id.as_bytes().to_vec();
+    // The group's COMMIT, a simple query; no other message the store sends carries it.
+    let marker = b"COMMIT\0".to_vec();
     let never = Arc::new(tokio::sync::Notify::new());
     let port = muting_proxy(upstream, marker, never, Some(Duration::from_millis(800))).await;
     url.set_port(Some(port)).unwrap();
