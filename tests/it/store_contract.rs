@@ -601,8 +601,8 @@ async fn concurrent_commits_respect_the_budget(f: Fixture) {
     );
 }
 
-/// Four replicas (stores) on one database, all releases on one dataset, with budget for fewer
-/// than are asked: exactly the budget's worth is admitted, with seqs 1..k, `spent` equal to the
+/// Four replicas (stores) on one database, 32 closed-loop clients sending releases of one dataset
+/// until its budget is spent: exactly the budget's worth is admitted, with seqs 1..k, `spent` equal to the
 /// sum of the stored costs and a release log that verifies. Half the releases carry a key, and
 /// each keyed one is sent again at the same moment through another replica (a client retrying
 /// elsewhere): one of the two is committed and the other answered with it, or both refused. On
@@ -610,8 +610,8 @@ async fn concurrent_commits_respect_the_budget(f: Fixture) {
 /// releases written by one transaction share `xmin`): at least two per transaction on average.
 async fn replicas_share_a_hot_dataset(f: Fixture) {
     const REPLICAS: usize = 4;
-    const PER_REPLICA: usize = 60;
-    const K: i64 = 100;
+    const WORKERS: usize = 8;
+    const K: i64 = 160;
     let charge = cost(0.125);
     let d = f
         .store
@@ -633,25 +633,42 @@ async fn replicas_share_a_hot_dataset(f: Fixture) {
                 .expect("a replica opens the store"),
         );
     }
-    let mut tasks = Vec::new();
-    for i in 0..REPLICAS * PER_REPLICA {
-        let key = (i % 2 == 0).then(|| format!("key-{i}"));
-        let sends = if key.is_some() { 2 } else { 1 };
-        for send in 0..sends {
-            let store = Arc::clone(&stores[(i + send) % REPLICAS]);
-            let new = new_release(d.id, charge, key.as_deref());
-            tasks.push(tokio::spawn(async move {
-                (i, store.commit_release(&new).await)
-            }));
-        }
+    // Closed-loop clients, as under sustained load: each sends its next release when the last
+    // is answered, until the budget is spent.
+    let mut workers = Vec::new();
+    for w in 0..REPLICAS * WORKERS {
+        let stores = stores.clone();
+        workers.push(tokio::spawn(async move {
+            let mut answered = Vec::new();
+            for n in 0.. {
+                let i = w * 1000 + n;
+                let key = (i % 2 == 0).then(|| format!("key-{i}"));
+                let mut sends = Vec::new();
+                for send in 0..if key.is_some() { 2 } else { 1 } {
+                    let store = Arc::clone(&stores[(w + send) % REPLICAS]);
+                    let new = new_release(d.id, charge, key.as_deref());
+                    sends.push(tokio::spawn(
+                        async move { store.commit_release(&new).await },
+                    ));
+                }
+                let mut outcomes = Vec::new();
+                for send in sends {
+                    outcomes.push(send.await.unwrap().expect("no commit fails"));
+                }
+                let spent = outcomes
+                    .iter()
+                    .all(|o| matches!(o, CommitOutcome::Exhausted { .. }));
+                answered.push((i, outcomes));
+                if spent {
+                    return answered;
+                }
+            }
+            answered
+        }));
     }
     let mut by_request = std::collections::BTreeMap::<usize, Vec<CommitOutcome>>::new();
-    for task in tasks {
-        let (i, outcome) = task.await.unwrap();
-        by_request
-            .entry(i)
-            .or_default()
-            .push(outcome.expect("no commit fails"));
+    for worker in workers {
+        by_request.extend(worker.await.unwrap());
     }
     let mut committed = BTreeSet::new();
     for (i, outcomes) in &by_request {
