@@ -499,7 +499,8 @@ impl Runner {
     }
 
     /// `BEGIN`, then the advisory lock of each of the group's datasets, in key order, waited for
-    /// at most `max_wait`: one round trip. The keys are integers formatted here, never text from
+    /// at most `max_wait`, then the session's `lock_timeout` back for the statement: one round
+    /// trip. The keys are integers formatted here, never text from
     /// a request.
     fn begin_turn(&self, group: &[Queued]) -> String {
         let mut keys: Vec<i32> = group
@@ -513,7 +514,7 @@ impl Runner {
             .map(|key| format!("pg_advisory_xact_lock({TURN_CLASS}, {key})"))
             .collect();
         format!(
-            "BEGIN; SET LOCAL lock_timeout = {}; SELECT {}",
+            "BEGIN; SET LOCAL lock_timeout = {}; SELECT {}; SET LOCAL lock_timeout TO DEFAULT",
             self.max_wait.as_millis().max(1),
             locks.join(", ")
         )
