@@ -95,6 +95,7 @@ contract_tests! {
     concurrent_releases_never_overrun_an_allocation => concurrent_releases_never_overrun_an_allocation_sqlite, concurrent_releases_never_overrun_an_allocation_postgres;
     names_round_trip => names_round_trip_sqlite, names_round_trip_postgres;
     a_stale_population_hint_still_charges_the_population => a_stale_population_hint_still_charges_the_population_sqlite, a_stale_population_hint_still_charges_the_population_postgres;
+    replicas_share_a_hot_dataset => replicas_share_a_hot_dataset_sqlite, replicas_share_a_hot_dataset_postgres;
 }
 
 /// A release whose caller read its dataset before the dataset joined a population (its
@@ -598,6 +599,141 @@ async fn concurrent_commits_respect_the_budget(f: Fixture) {
         listed.iter().map(|r| r.id).collect::<BTreeSet<_>>(),
         committed_ids
     );
+}
+
+/// Four replicas (stores) on one database, 32 closed-loop clients sending releases of one dataset
+/// until its budget is spent: exactly the budget's worth is admitted, with seqs 1..k, `spent` equal to the
+/// sum of the stored costs and a release log that verifies. Half the releases carry a key, and
+/// each keyed one is sent again at the same moment through another replica (a client retrying
+/// elsewhere): one of the two is committed and the other answered with it, or both refused. On
+/// PostgreSQL the replicas' releases still share transactions (group commit across replicas;
+/// releases written by one transaction share `xmin`): at least two per transaction on average.
+async fn replicas_share_a_hot_dataset(f: Fixture) {
+    const REPLICAS: usize = 4;
+    const WORKERS: usize = 8;
+    const K: i64 = 160;
+    let charge = cost(0.125);
+    let d = f
+        .store
+        .create_dataset(&NewDataset {
+            total: Units::from_raw(K * charge.raw()).unwrap(),
+            ..new_dataset("hot across replicas", 0.0)
+        })
+        .await
+        .unwrap();
+    let mut stores = Vec::new();
+    for _ in 0..REPLICAS {
+        let options = StoreOptions {
+            commit_slots: 1,
+            ..options()
+        };
+        stores.push(
+            connect(&f.url, &options)
+                .await
+                .expect("a replica opens the store"),
+        );
+    }
+    // Closed-loop clients, as under sustained load: each sends its next release when the last
+    // is answered, until the budget is spent.
+    let mut workers = Vec::new();
+    for w in 0..REPLICAS * WORKERS {
+        let stores = stores.clone();
+        workers.push(tokio::spawn(async move {
+            let mut answered = Vec::new();
+            for n in 0.. {
+                let i = w * 1000 + n;
+                let key = (i % 2 == 0).then(|| format!("key-{i}"));
+                let mut sends = Vec::new();
+                for send in 0..if key.is_some() { 2 } else { 1 } {
+                    let store = Arc::clone(&stores[(w + send) % REPLICAS]);
+                    let new = new_release(d.id, charge, key.as_deref());
+                    sends.push(tokio::spawn(
+                        async move { store.commit_release(&new).await },
+                    ));
+                }
+                let mut outcomes = Vec::new();
+                for send in sends {
+                    outcomes.push(send.await.unwrap().expect("no commit fails"));
+                }
+                let spent = outcomes
+                    .iter()
+                    .all(|o| matches!(o, CommitOutcome::Exhausted { .. }));
+                answered.push((i, outcomes));
+                if spent {
+                    return answered;
+                }
+            }
+            answered
+        }));
+    }
+    let mut by_request = std::collections::BTreeMap::<usize, Vec<CommitOutcome>>::new();
+    for worker in workers {
+        by_request.extend(worker.await.unwrap());
+    }
+    let mut committed = BTreeSet::new();
+    for (i, outcomes) in &by_request {
+        let mut ids = BTreeSet::new();
+        let (mut new, mut refused) = (0, 0);
+        for outcome in outcomes {
+            match outcome {
+                CommitOutcome::Committed { release, .. } => {
+                    new += 1;
+                    ids.insert(release.id);
+                }
+                CommitOutcome::Existing { release, .. } => {
+                    ids.insert(release.id);
+                }
+                CommitOutcome::Exhausted { budget } => {
+                    assert!(!budget.admits(charge));
+                    refused += 1;
+                }
+                other => panic!("request {i}: unexpected {other:?}"),
+            }
+        }
+        assert!(
+            (new == 1 && refused == 0 && ids.len() == 1) || refused == outcomes.len(),
+            "request {i}: charged once and answered with that release, or refused: {outcomes:?}"
+        );
+        committed.extend(ids);
+    }
+    assert_eq!(
+        committed.len(),
+        K as usize,
+        "exactly the budget's worth admitted"
+    );
+    let after = dataset(&*f.store, d.id).await;
+    assert_eq!((after.spent, after.releases), (after.total, K));
+    let mut stored = Vec::new();
+    let mut before = None;
+    loop {
+        let page = f.store.list_releases(d.id, before, 40).await.unwrap();
+        let Some(last) = page.last() else { break };
+        before = Some(last.seq);
+        stored.extend(page);
+    }
+    assert_eq!(
+        stored.iter().map(|r| r.id).collect::<BTreeSet<_>>(),
+        committed
+    );
+    assert_eq!(
+        stored.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        (1..=K).rev().collect::<Vec<_>>()
+    );
+    let sum: i64 = stored.iter().map(|r| r.cost.raw()).sum();
+    assert_eq!(
+        sum,
+        after.spent.raw(),
+        "spent is the sum of the stored costs"
+    );
+    let verdict = verify_log(&*f.store, d.id, 16).await;
+    assert_eq!((verdict.checked, verdict.failure), (K, None));
+    if f.store.backend() == "postgres" {
+        let transactions = transactions(&f.url, Some(d.id)).await;
+        assert!(
+            transactions * 2 <= K as usize,
+            "{K} releases in {transactions} transactions: the replicas' groups fell apart"
+        );
+    }
 }
 
 async fn concurrent_retries_commit_once(f: Fixture) {
@@ -1447,19 +1583,27 @@ async fn a_release_queued_behind_an_unanswered_group_is_refused_in_time_postgres
         "the stalled statement is still unanswered"
     );
     release.notify_one();
+    // The group's transaction lost its connection before its COMMIT was sent: rolled back.
     assert!(matches!(
         first.await.unwrap(),
-        Err(StoreError::OutcomeUnknown(_))
+        Err(StoreError::Unavailable(_))
     ));
     assert_eq!(
         dataset(&*f.store, other.id).await.releases,
         0,
         "nothing charged"
     );
+    assert_eq!(
+        dataset(&*f.store, d.id).await.releases,
+        0,
+        "the cut-off group charged nothing"
+    );
 }
 
-/// A connection lost once the commit's statement is sent is `OutcomeUnknown` (504), not
-/// `Unavailable` (503, "not charged"): here the statement ran and charged the release.
+/// A connection lost once the group's COMMIT is sent is `OutcomeUnknown` (504), not
+/// `Unavailable` (503, "not charged"): here the transaction committed and charged the release.
+/// (Lost before the COMMIT, during the group's statement, it is `Unavailable` and charges
+/// nothing: `a_release_queued_behind_an_unanswered_group_is_refused_in_time_postgres`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_connection_during_a_commit_is_outcome_unknown_postgres() {
     let f = postgres().await;
@@ -1470,8 +1614,8 @@ async fn lost_connection_during_a_commit_is_outcome_unknown_postgres() {
         .unwrap();
     let (mut url, upstream) = upstream_of(&f.url);
     let new = new_release(d.id, cost(0.25), None);
-    // The release id travels only in the commit's Bind message (uuids are sent as 16 bytes).
-    let marker = new.id.as_bytes().to_vec();
+    // The group's COMMIT, a simple query; no other message the store sends carries it.
+    let marker = b"COMMIT\0".to_vec();
     let never = Arc::new(tokio::sync::Notify::new());
     let port = muting_proxy(upstream, marker, never, Some(Duration::from_millis(800))).await;
     url.set_port(Some(port)).unwrap();

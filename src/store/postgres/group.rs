@@ -35,6 +35,23 @@
 //! rows are the one exception (below): the group waits for them, last and in ascending id order,
 //! as every transaction that locks them does, so a group still cannot deadlock with anyone.
 //!
+//! Replicas: every replica forms its own groups, and two replicas' groups of one dataset would
+//! meet on its row. Skipping the row there sent the later group's members to commit alone, each
+//! queueing on the lock, so that every later group found the row locked too: with all load on
+//! one dataset, two replicas committed 0.35 × and four 0.13 × what one did (docs/SCALING.md).
+//! So a group first takes its turn on each of its datasets: a transaction-level advisory lock
+//! per dataset (`pg_advisory_xact_lock`, [`TURN_CLASS`] and [`turn_key`]), all in key order in
+//! one statement, waited for at most `max_wait` (`lock_timeout`; past it the members are
+//! answered unavailable, never charged); once it has them, the releases its replica received for
+//! those datasets while it waited join it (`Runner::join_late`); then the statement, with a
+//! snapshot taken after the turn (so the previous group's commit is visible and the keys'
+//! `fresh` check holds), then COMMIT, which ends the turn. The groups of one dataset, from any
+//! replica, so run one after another, each with all the releases its replica gathered meanwhile. Only groups take turns, and they
+//! take them before any row lock, in one order: a group waiting for a turn holds no row lock,
+//! and whatever holds a row lock never waits for a turn, so the turns add no deadlock
+//! (docs/ARCHITECTURE.md, "Lock order"). Releases alone and other writers take no turn; the
+//! statement still skips the rows they hold, as below.
+//!
 //! Idempotency keys are checked in the statement, so that a key never aborts it (the unique
 //! index `releases_idempotency_unique` would abort the whole statement, every member's charge
 //! with it). A key is unique per dataset, and every transaction that stores a release of a
@@ -70,8 +87,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgRow;
-use sqlx::{FromRow, PgPool, Row};
+use sqlx::{Executor, FromRow, PgPool, Postgres, Row};
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use uuid::Uuid;
 
@@ -162,6 +180,7 @@ impl Groups {
                 in_flight: Arc::default(),
                 slots: Arc::new(Semaphore::new(slots.max(1))),
                 finished: Arc::default(),
+                pending: Arc::default(),
                 max_wait,
                 max_stored_cells,
             },
@@ -199,23 +218,26 @@ struct Runner {
     slots: Arc<Semaphore>,
     /// Signalled when a group ends, so that releases waiting for its datasets go next.
     finished: Arc<Notify>,
+    /// Releases not yet in a group, in arrival order: the runner forms groups from them, and a
+    /// group that has its turns takes those that arrived meanwhile for its datasets.
+    pending: Arc<Mutex<VecDeque<Queued>>>,
     max_wait: Duration,
     max_stored_cells: i64,
 }
 
 async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
-    let mut pending: VecDeque<Queued> = VecDeque::new();
+    let push = |queued| runner.pending().push_back(queued);
     loop {
-        if pending.is_empty() {
+        if runner.pending().is_empty() {
             match receiver.recv().await {
-                Some(queued) => pending.push_back(queued),
+                Some(queued) => push(queued),
                 None => return,
             }
         }
         // A free slot. Meanwhile newcomers queue, and a release that has waited too long is
         // refused (never sent), even while every slot is held by a statement the database does
         // not answer (frozen, cut off): its commit's answer stays within the store's bound.
-        let deadline = oldest_deadline(&pending, runner.max_wait);
+        let deadline = oldest_deadline(&runner.pending(), runner.max_wait);
         let slot = tokio::select! {
             biased;
             slot = runner.slots.clone().acquire_owned() => match slot {
@@ -224,26 +246,28 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
             },
             queued = receiver.recv() => {
                 match queued {
-                    Some(queued) => pending.push_back(queued),
+                    Some(queued) => push(queued),
                     None => return,
                 }
                 continue;
             }
             () = sleep_until(deadline) => {
-                pending = runner.refuse_expired(pending);
+                let mut pending = runner.pending();
+                *pending = runner.refuse_expired(std::mem::take(&mut *pending));
                 continue;
             }
         };
         // Whatever queued while every slot was busy joins this group.
         while let Ok(queued) = receiver.try_recv() {
-            pending.push_back(queued);
+            push(queued);
         }
         let mut group = Vec::new();
-        let mut later = VecDeque::new();
         {
+            let mut later = VecDeque::new();
             let mut in_flight = runner.in_flight.lock().expect("in_flight lock");
+            let mut pending = runner.pending();
             let mut joined = HashSet::new();
-            for queued in runner.refuse_expired(std::mem::take(&mut pending)) {
+            for queued in runner.refuse_expired(std::mem::take(&mut *pending)) {
                 let queue = queued.member.queue;
                 if in_flight.contains(&queue) && !joined.contains(&queue) {
                     // Its dataset (or population) is being committed by a running group, which
@@ -261,17 +285,17 @@ async fn run(mut receiver: mpsc::UnboundedReceiver<Queued>, runner: Runner) {
                     later.push_back(queued);
                 }
             }
+            *pending = later;
         }
-        pending = later;
         if group.is_empty() {
             drop(slot);
             // Everything pending waits for a running group: wake when one ends, when something
             // new arrives, or just after the oldest has waited too long.
-            let deadline = oldest_deadline(&pending, runner.max_wait);
+            let deadline = oldest_deadline(&runner.pending(), runner.max_wait);
             tokio::select! {
                 () = runner.finished.notified() => {}
                 queued = receiver.recv() => match queued {
-                    Some(queued) => pending.push_back(queued),
+                    Some(queued) => push(queued),
                     None => return,
                 },
                 () = sleep_until(deadline) => {}
@@ -310,6 +334,34 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 }
 
 impl Runner {
+    fn pending(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+        self.pending.lock().expect("pending lock")
+    }
+
+    /// Once `group` has its datasets' turns: the releases that arrived meanwhile for the same
+    /// datasets (they were waiting for this group to end) join it, up to [`MAX_GROUP`], in
+    /// arrival order. While another replica's group of those datasets runs, this one waits for
+    /// its turns and so grows with everything its replica receives for them: the replicas'
+    /// groups alternate on a hot dataset, each as large as the wait made it.
+    fn join_late(&self, group: &mut Vec<Queued>) {
+        let queues: HashSet<Uuid> = group.iter().map(|q| q.member.queue).collect();
+        let turns: HashSet<Uuid> = group.iter().map(|q| q.member.dataset_id).collect();
+        let mut pending = self.pending();
+        let mut waiting = VecDeque::with_capacity(pending.len());
+        for queued in pending.drain(..) {
+            if group.len() < MAX_GROUP
+                && queues.contains(&queued.member.queue)
+                && turns.contains(&queued.member.dataset_id)
+                && queued.queued_at.elapsed() <= self.max_wait
+            {
+                group.push(queued);
+            } else {
+                waiting.push_back(queued);
+            }
+        }
+        *pending = waiting;
+    }
+
     /// Answers every release of `pending` that has waited longer than `max_wait` as unavailable
     /// (it was never sent, so nothing was charged); returns the others, in order.
     fn refuse_expired(&self, pending: VecDeque<Queued>) -> VecDeque<Queued> {
@@ -324,14 +376,16 @@ impl Runner {
         waiting
     }
 
-    /// Even a group of one runs the group's statement: it never waits for a lock, so a slot is
-    /// never held by a release queueing on another transaction's row lock.
-    async fn commit(&self, group: Vec<Queued>) {
+    /// Even a group of one runs the group's statement: it waits for no row lock (only for its
+    /// datasets' turns, bounded), so a slot is never held by a release queueing on another
+    /// transaction's row lock.
+    async fn commit(&self, mut group: Vec<Queued>) {
+        let outcome = self.statement(&mut group).await;
         let (answers, members): (Vec<_>, Vec<_>) = group
             .into_iter()
             .map(|queued| (queued.answer, queued.member))
             .unzip();
-        match self.statement(&members).await {
+        match outcome {
             Ok(rows) => {
                 let mut by_ord: Vec<Option<PgRow>> = (0..members.len()).map(|_| None).collect();
                 for row in rows {
@@ -374,7 +428,7 @@ impl Runner {
         }
     }
 
-    async fn statement(&self, members: &[Member]) -> Result<Vec<PgRow>, GroupError> {
+    async fn statement(&self, group: &mut Vec<Queued>) -> Result<Vec<PgRow>, GroupError> {
         // Classified as a release alone classifies it: a connection that could not be had (the
         // server refusing, resetting or ending the connection while it restarts) is unavailable,
         // since nothing was sent.
@@ -383,9 +437,19 @@ impl Runner {
             .acquire()
             .await
             .map_err(|e| GroupError::NotSent(store_error("commit_release", e)))?;
+        // The group's own transaction: its datasets' turn first (module docs, "Replicas"), then
+        // the statement, with a snapshot taken once the turn is had, then the commit. Until
+        // COMMIT is sent nothing can be charged, so any failure before it is `NotSent`.
+        let begin = self.begin_turn(group);
+        if let Err(e) = conn.execute(begin.as_str()).await {
+            abandon(conn).await;
+            return Err(GroupError::NotSent(store_error("commit_release", e)));
+        }
+        self.join_late(group);
+        let members = group.as_slice();
         // Most groups carry no dataset of a population: their statement leaves the population
         // steps out (BENCHMARKS.md, "The group statement alone").
-        let sql = if members.iter().any(Member::under_population) {
+        let sql = if members.iter().any(|q| q.member.under_population()) {
             COMMIT_GROUP
         } else {
             COMMIT_GROUP_STANDALONE.as_str()
@@ -408,17 +472,85 @@ impl Runner {
             .bind(column(members, |m| m.fingerprint.as_deref()))
             .fetch_all(&mut *conn)
             .await;
-        drop(conn);
-        result.map_err(|e| match outcome_of(e) {
-            Ok(e) => GroupError::RolledBack(e),
-            Err(unknown) => GroupError::Unknown(unknown),
-        })
+        let rows = match result {
+            Ok(rows) => rows,
+            // The database refused the statement: its transaction is rolled back whole.
+            Err(e @ sqlx::Error::Database(_)) if !is_panic(&e) => {
+                abandon(conn).await;
+                return Err(GroupError::RolledBack(e));
+            }
+            // The connection failed before COMMIT was sent: the server rolls the transaction
+            // back when the session ends, so nothing was charged.
+            Err(e) => {
+                abandon(conn).await;
+                return Err(GroupError::NotSent(store_error("commit_release", e)));
+            }
+        };
+        match conn.execute("COMMIT").await {
+            Ok(_) => Ok(rows),
+            Err(e) => {
+                conn.close_on_drop();
+                Err(match outcome_of(e) {
+                    Ok(e) => GroupError::RolledBack(e),
+                    Err(unknown) => GroupError::Unknown(unknown),
+                })
+            }
+        }
+    }
+
+    /// `BEGIN`, then the advisory lock of each of the group's datasets, in key order, waited for
+    /// at most `max_wait`, then the session's `lock_timeout` back for the statement: one round
+    /// trip. The keys are integers formatted here, never text from
+    /// a request.
+    fn begin_turn(&self, group: &[Queued]) -> String {
+        let mut keys: Vec<i32> = group
+            .iter()
+            .map(|q| turn_key(q.member.dataset_id))
+            .collect();
+        keys.sort_unstable();
+        keys.dedup();
+        let locks: Vec<String> = keys
+            .iter()
+            .map(|key| format!("pg_advisory_xact_lock({TURN_CLASS}, {key})"))
+            .collect();
+        format!(
+            "BEGIN; SET LOCAL lock_timeout = {}; SELECT {}; SET LOCAL lock_timeout TO DEFAULT",
+            self.max_wait.as_millis().max(1),
+            locks.join(", ")
+        )
     }
 }
 
+/// The first key of every group turn's advisory lock (`pg_advisory_xact_lock(int4, int4)`), so
+/// that its locks share no key with any other advisory lock (the migrator's takes one `int8`).
+const TURN_CLASS: i32 = 0x5245_4c53;
+
+/// A dataset's turn key: its id folded to 32 bits. Two datasets that share a key only take turns
+/// they need not take; the locks are still taken in one order.
+fn turn_key(dataset_id: Uuid) -> i32 {
+    let id = dataset_id.as_u128();
+    #[allow(clippy::cast_possible_truncation)]
+    let folded = (id ^ (id >> 32) ^ (id >> 64) ^ (id >> 96)) as u32;
+    i32::from_ne_bytes(folded.to_ne_bytes())
+}
+
+/// Ends the group's transaction before its connection goes back to the pool (a connection that
+/// cannot say ROLLBACK is closed instead).
+async fn abandon(mut conn: PoolConnection<Postgres>) {
+    if conn.execute("ROLLBACK").await.is_err() {
+        conn.close_on_drop();
+    }
+}
+
+fn is_panic(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|db| db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+        .is_some_and(|pg| pg.severity() == sqlx::postgres::PgSeverity::Panic)
+}
+
 /// One of the statement's array parameters: a field of every member, in order.
-fn column<'a, T>(members: &'a [Member], field: impl Fn(&'a Member) -> T) -> Vec<T> {
-    members.iter().map(field).collect()
+fn column<'a, T>(members: &'a [Queued], field: impl Fn(&'a Member) -> T) -> Vec<T> {
+    members.iter().map(|q| field(&q.member)).collect()
 }
 
 enum GroupError {
