@@ -12,6 +12,7 @@ mod binary;
 mod console;
 mod golden;
 mod hygiene;
+mod oidc;
 mod ledgerlog;
 mod openapi;
 mod populations;

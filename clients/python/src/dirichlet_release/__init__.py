@@ -69,6 +69,7 @@ from ._plan import (
     Shortfall,
     Target,
 )
+from ._base import TokenSource
 from ._version import __version__
 
 __all__ = [
@@ -126,6 +127,7 @@ __all__ = [
     "Target",
     "Token",
     "TokenInfo",
+    "TokenSource",
     "Unauthorized",
     "WhoAmI",
     "__version__",
