@@ -465,7 +465,10 @@ mod tests {
     fn single_sign_on_needs_an_audience_and_tls_off_this_machine() {
         let with = |pairs: &'static [(&'static str, &'static str)]| {
             Settings::from_layers(&[], move |k| {
-                pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
             })
         };
         let ok = with(&[
@@ -475,7 +478,11 @@ mod tests {
         .unwrap();
         assert_eq!(ok.oidc_role_claim, "dirichlet_role");
         assert_eq!(ok.oidc_datasets_claim, "dirichlet_datasets");
-        for issuer in ["http://127.0.0.1:9000", "http://[::1]:9", "http://localhost:1/x"] {
+        for issuer in [
+            "http://127.0.0.1:9000",
+            "http://[::1]:9",
+            "http://localhost:1/x",
+        ] {
             assert!(check_provider_url(issuer).is_ok(), "{issuer}");
         }
         for issuer in [

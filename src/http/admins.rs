@@ -71,8 +71,8 @@ impl AdminTokens {
         if self.read().content == Some(content) {
             return Ok(false);
         }
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|_| format!("{}: not UTF-8", path.display()))?;
+        let text =
+            std::str::from_utf8(&bytes).map_err(|_| format!("{}: not UTF-8", path.display()))?;
         let digests = parse(text).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut loaded = self.loaded.write().unwrap_or_else(|e| e.into_inner());
         *loaded = Loaded {
@@ -161,7 +161,10 @@ mod tests {
 
         std::fs::write(&path, "second-admin-token-002\n").unwrap();
         assert_eq!(tokens.reload(), Ok(true));
-        assert!(!tokens.matches(&sha256(b"first-admin-token-0001")), "removed");
+        assert!(
+            !tokens.matches(&sha256(b"first-admin-token-0001")),
+            "removed"
+        );
 
         // A bad file, or none, keeps what was read last.
         std::fs::write(&path, "short\n").unwrap();

@@ -177,7 +177,9 @@ impl Verifier {
         }
         let kid = header.kid.as_deref();
         let mut keys = self.cached();
-        let stale = keys.fetched_at.is_none_or(|at| at.elapsed() >= KEYS_MAX_AGE);
+        let stale = keys
+            .fetched_at
+            .is_none_or(|at| at.elapsed() >= KEYS_MAX_AGE);
         if stale || find(&keys, kid).is_none() {
             self.refresh(stale).await?;
             keys = self.cached();
@@ -194,12 +196,15 @@ impl Verifier {
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
-        let data =
-            jsonwebtoken::decode::<serde_json::Map<String, Value>>(token, &key.decoding, &validation)
-                .map_err(|e| {
-                    tracing::debug!(error = %e, "JWT refused");
-                    Refusal::Unauthorized("invalid token")
-                })?;
+        let data = jsonwebtoken::decode::<serde_json::Map<String, Value>>(
+            token,
+            &key.decoding,
+            &validation,
+        )
+        .map_err(|e| {
+            tracing::debug!(error = %e, "JWT refused");
+            Refusal::Unauthorized("invalid token")
+        })?;
         self.identity(&data.claims)
     }
 
@@ -428,7 +433,13 @@ mod tests {
             Some(Role::Admin)
         );
         assert_eq!(role_of(Some(&json!(["x", "analyst"]))), Some(Role::Analyst));
-        for bad in [json!("Admin"), json!("root"), json!(["x"]), json!(1), json!(null)] {
+        for bad in [
+            json!("Admin"),
+            json!("root"),
+            json!(["x"]),
+            json!(1),
+            json!(null),
+        ] {
             assert_eq!(role_of(Some(&bad)), None, "{bad}");
         }
         assert_eq!(role_of(None), None);
@@ -451,7 +462,10 @@ mod tests {
     #[test]
     fn jwt_shapes() {
         assert!(looks_like_jwt("eyJh.eyJz.c2ln"));
-        assert!(looks_like_jwt("eyJh.eyJz."), "an unsigned token is still refused later");
+        assert!(
+            looks_like_jwt("eyJh.eyJz."),
+            "an unsigned token is still refused later"
+        );
         assert!(!looks_like_jwt("dradmin_abc"));
         assert!(!looks_like_jwt("a.b"));
         assert!(!looks_like_jwt("a.b.c.d"));
@@ -476,7 +490,11 @@ mod tests {
         };
         let v = verifier(0);
         for alg in ["none", "HS256", "HS384", "HS512"] {
-            let token = format!("{}.{}.", b64(json!({"alg": alg, "kid": "k"})), b64(json!({})));
+            let token = format!(
+                "{}.{}.",
+                b64(json!({"alg": alg, "kid": "k"})),
+                b64(json!({}))
+            );
             let refusal = v.verify(&format!("{token}c2ln")).await.unwrap_err();
             assert!(
                 matches!(refusal, Refusal::Unauthorized(_)),
@@ -493,6 +511,10 @@ mod tests {
         assert_eq!(v.refresh(false).await, Err(Refusal::Unavailable));
         let first = v.attempt.lock().await.at.unwrap();
         assert_eq!(v.refresh(false).await, Err(Refusal::Unavailable));
-        assert_eq!(v.attempt.lock().await.at.unwrap(), first, "not fetched again");
+        assert_eq!(
+            v.attempt.lock().await.at.unwrap(),
+            first,
+            "not fetched again"
+        );
     }
 }

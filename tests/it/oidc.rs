@@ -43,7 +43,7 @@ async fn put(app: &TestApp, path: &str, token: &str, body: &Value) -> reqwest::R
         .expect("request sent")
 }
 
-fn analyst<'a>(datasets: &'a str) -> Vec<(&'static str, &'a str)> {
+fn analyst(datasets: &str) -> Vec<(&'static str, &str)> {
     vec![
         ("dirichlet_role", "analyst"),
         ("dirichlet_datasets", datasets),
@@ -71,7 +71,10 @@ async fn a_providers_tokens_work_end_to_end(backend: Backend) {
     assert_eq!(app.budget(&a).await["spent"], 0.25);
     // What the console asks at sign-in, with the provider's token pasted in.
     let me: Value = app.get_json("/v1/whoami", &first).await;
-    assert_eq!(me, json!({"role": "analyst", "token_id": alice_id, "datasets": [a]}));
+    assert_eq!(
+        me,
+        json!({"role": "analyst", "token_id": alice_id, "datasets": [a]})
+    );
     let me: Value = app.get_json("/v1/whoami", &admin).await;
     assert_eq!(me, json!({"role": "admin"}));
 
@@ -111,14 +114,22 @@ async fn a_providers_tokens_work_end_to_end(backend: Backend) {
     let all: Value = app
         .get_json(&format!("/v1/datasets/{a}/allocations"), ADMIN_TOKEN)
         .await;
-    assert_eq!(all["allocations"][0]["token_id"], alice_id.as_str(), "{all}");
+    assert_eq!(
+        all["allocations"][0]["token_id"],
+        alice_id.as_str(),
+        "{all}"
+    );
     assert_eq!(app.budget(&a).await["spent"], 0.5);
 
     // A dataset outside her claim is as absent as for an issued token; admin routes are 403.
     let outside = app.get(&format!("/v1/datasets/{b}"), &second).await;
     assert_problem(outside, StatusCode::NOT_FOUND, "not-found").await;
     let response = app
-        .post(&format!("/v1/datasets/{b}/releases"), &second, &release(0.1))
+        .post(
+            &format!("/v1/datasets/{b}/releases"),
+            &second,
+            &release(0.1),
+        )
         .await;
     assert_problem(response, StatusCode::NOT_FOUND, "not-found").await;
     assert_eq!(app.budget(&b).await["spent"], 0.0);
@@ -128,11 +139,13 @@ async fn a_providers_tokens_work_end_to_end(backend: Backend) {
     assert_problem(response, StatusCode::FORBIDDEN, "forbidden").await;
 
     // A claim that later names `b` too opens it, under the same id.
-    let both = provider
-        .token("alice", &analyst(&format!("{a},{b}")))
-        .await;
+    let both = provider.token("alice", &analyst(&format!("{a},{b}"))).await;
     let response = app
-        .post(&format!("/v1/datasets/{b}/releases"), &both, &release(0.125))
+        .post(
+            &format!("/v1/datasets/{b}/releases"),
+            &both,
+            &release(0.125),
+        )
         .await;
     assert_eq!(response.status(), StatusCode::CREATED);
     let created: Value = response.json().await.unwrap();
@@ -190,7 +203,10 @@ async fn every_bad_token_is_refused(backend: Backend) {
     let app = app_for(backend, &provider).await;
     let a = app.create_dataset(2.0, 1.0).await;
     let good = provider.token("alice", &analyst(&a)).await;
-    assert_eq!(app.get("/v1/datasets", &good).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.get("/v1/datasets", &good).await.status(),
+        StatusCode::OK
+    );
     let unauthorized = StatusCode::UNAUTHORIZED;
 
     // Lifetimes: `exp` past by more than the 60 s leeway, `nbf` ahead by more; within it, fine.
@@ -224,7 +240,9 @@ async fn every_bad_token_is_refused(backend: Backend) {
     let kid = header["kid"].as_str().unwrap();
     let none = format!(
         "{}.{}.",
-        b64(json!({"alg": "none", "typ": "at+jwt", "kid": kid}).to_string().as_bytes()),
+        b64(json!({"alg": "none", "typ": "at+jwt", "kid": kid})
+            .to_string()
+            .as_bytes()),
         parts[1]
     );
     assert_refused(&app, &none, unauthorized, "alg none").await;
@@ -233,7 +251,9 @@ async fn every_bad_token_is_refused(backend: Backend) {
     for secret in [jwks.as_bytes().to_vec(), unb64(jwk["n"].as_str().unwrap())] {
         let signing_input = format!(
             "{}.{}",
-            b64(json!({"alg": "HS256", "typ": "at+jwt", "kid": kid}).to_string().as_bytes()),
+            b64(json!({"alg": "HS256", "typ": "at+jwt", "kid": kid})
+                .to_string()
+                .as_bytes()),
             parts[1]
         );
         let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&secret).unwrap();
@@ -250,7 +270,13 @@ async fn every_bad_token_is_refused(backend: Backend) {
         parts[2]
     );
     assert_refused(&app, &tampered, unauthorized, "payload changed").await;
-    assert_refused(&app, "eyJhbGciOi.eyJzdWIiOi.c2lnbmF0dXJl", unauthorized, "garbage").await;
+    assert_refused(
+        &app,
+        "eyJhbGciOi.eyJzdWIiOi.c2lnbmF0dXJl",
+        unauthorized,
+        "garbage",
+    )
+    .await;
 
     // A valid token without a role this service knows.
     let unknown = provider
@@ -259,9 +285,7 @@ async fn every_bad_token_is_refused(backend: Backend) {
     assert_refused(&app, &unknown, StatusCode::FORBIDDEN, "unknown role").await;
     let missing = provider.token("alice", &[]).await;
     assert_refused(&app, &missing, StatusCode::FORBIDDEN, "no role").await;
-    let bad_scope = provider
-        .token("alice", &analyst("not-a-dataset-id"))
-        .await;
+    let bad_scope = provider.token("alice", &analyst("not-a-dataset-id")).await;
     assert_refused(&app, &bad_scope, StatusCode::FORBIDDEN, "datasets not ids").await;
 
     // Nothing was charged, and the static tokens still work.
@@ -273,7 +297,10 @@ async fn the_providers_key_rotation_needs_no_restart(backend: Backend) {
     let app = app_for(backend, &provider).await;
     let a = app.create_dataset(2.0, 1.0).await;
     let before = provider.token("alice", &analyst(&a)).await;
-    assert_eq!(app.get("/v1/datasets", &before).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.get("/v1/datasets", &before).await.status(),
+        StatusCode::OK
+    );
 
     provider.rotate();
     let after = provider.token("alice", &analyst(&a)).await;
@@ -283,9 +310,17 @@ async fn the_providers_key_rotation_needs_no_restart(backend: Backend) {
     };
     assert_ne!(kid(&before), kid(&after), "signed by a new key");
     let response = app
-        .post(&format!("/v1/datasets/{a}/releases"), &after, &release(0.125))
+        .post(
+            &format!("/v1/datasets/{a}/releases"),
+            &after,
+            &release(0.125),
+        )
         .await;
-    assert_eq!(response.status(), StatusCode::CREATED, "the new key, no restart");
+    assert_eq!(
+        response.status(),
+        StatusCode::CREATED,
+        "the new key, no restart"
+    );
     // The withdrawn key left the cache with the key set it was fetched with.
     assert_refused(&app, &before, StatusCode::UNAUTHORIZED, "withdrawn key").await;
 }
@@ -308,11 +343,22 @@ async fn an_unreachable_provider_is_503_for_its_tokens_only(backend: Backend) {
         .await;
         assert!(retry_after.is_some(), "{attempt}: Retry-After");
     }
-    assert_eq!(app.get("/v1/datasets", ADMIN_TOKEN).await.status(), StatusCode::OK);
+    assert_eq!(
+        app.get("/v1/datasets", ADMIN_TOKEN).await.status(),
+        StatusCode::OK
+    );
     let response = app
-        .post(&format!("/v1/datasets/{a}/releases"), &issued, &release(0.125))
+        .post(
+            &format!("/v1/datasets/{a}/releases"),
+            &issued,
+            &release(0.125),
+        )
         .await;
-    assert_eq!(response.status(), StatusCode::CREATED, "static tokens unaffected");
+    assert_eq!(
+        response.status(),
+        StatusCode::CREATED,
+        "static tokens unaffected"
+    );
 }
 
 on_both_backends!(
@@ -357,7 +403,10 @@ async fn admin_tokens_rotate_through_a_polled_file() {
     })
     .await;
     until_admin(&app.address, OLD, StatusCode::OK).await;
-    assert_eq!(app.get("/v1/tokens", NEW).await.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        app.get("/v1/tokens", NEW).await.status(),
+        StatusCode::UNAUTHORIZED
+    );
     // Both while clients move over, then the new one only.
     std::fs::write(&file, format!("{OLD}\n{NEW}\n")).unwrap();
     until_admin(&app.address, NEW, StatusCode::OK).await;

@@ -87,7 +87,10 @@ impl Provider {
         self.stdin.flush().unwrap();
         loop {
             let mut line = String::new();
-            let n = self.stdout.read_line(&mut line).expect("the provider's answer");
+            let n = self
+                .stdout
+                .read_line(&mut line)
+                .expect("the provider's answer");
             assert!(n > 0, "the provider exited");
             let line = line.trim().to_owned();
             if line.starts_with("rotated") || line == "stopped" {
