@@ -209,19 +209,29 @@ async fn principal(state: &AppState, identity: &Identity) -> Result<(), ApiError
             record_use(state, record, now);
         }
     }
-    let missing = record.as_ref().is_none_or(|record| {
-        identity
-            .datasets
-            .iter()
-            .any(|dataset| !record.datasets.contains(dataset))
-    });
-    if missing {
+    // Claimed datasets without a row yet, which exist: a claim naming a dataset not (yet)
+    // registered costs a read per request, never a write.
+    let mut missing = Vec::new();
+    for &dataset in &identity.datasets {
+        if record
+            .as_ref()
+            .is_some_and(|record| record.datasets.contains(&dataset))
+        {
+            continue;
+        }
+        if state.caches.dataset(dataset).is_some()
+            || state.store.get_dataset(dataset).await?.is_some()
+        {
+            missing.push(dataset);
+        }
+    }
+    if record.is_none() || !missing.is_empty() {
         let row = TokenRecord {
             id: identity.id.clone(),
             // A digest of random bytes: no secret signs in as this row.
             secret_hash: sha256(&random_bytes()),
             role: Role::Analyst,
-            datasets: identity.datasets.clone(),
+            datasets: missing,
             created_at: now,
             expires_at: None,
             last_used_at: None,

@@ -104,7 +104,11 @@ async fn a_providers_tokens_work_end_to_end(backend: Backend) {
     assert_problem(refused, StatusCode::CONFLICT, "allocation-exhausted").await;
 
     // Bob as an analyst is someone else: his own allocation listing, empty of hers.
-    let bob = provider.token("bob", &analyst(&a)).await;
+    // His claim also names a dataset not registered here: skipped, not an error.
+    let unregistered = uuid::Uuid::now_v7();
+    let bob = provider
+        .token("bob", &analyst(&format!("{a},{unregistered}")))
+        .await;
     let response = app.post(&releases, &bob, &release(0.125)).await;
     assert_eq!(response.status(), StatusCode::CREATED);
     let his: Value = app
@@ -154,13 +158,21 @@ async fn a_providers_tokens_work_end_to_end(backend: Backend) {
     // The principal is listed among the tokens; revoked there, the provider's word is not
     // enough any more.
     let tokens: Value = app.get_json("/v1/tokens", ADMIN_TOKEN).await;
-    assert!(
+    let listed = |id: &str| {
         tokens["items"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|t| t["id"] == alice_id.as_str()),
-        "{tokens}"
+            .find(|t| t["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("{id} not in {tokens}"))
+    };
+    assert_eq!(listed(&alice_id)["role"], "analyst");
+    let bob_id = principal_id(&provider.issuer, "bob");
+    assert_eq!(
+        listed(&bob_id)["datasets"],
+        json!([a]),
+        "registered datasets only"
     );
     let revoked = app
         .client

@@ -10,7 +10,7 @@ from typing import List
 import httpx
 import pytest
 
-from dirichlet_release import AsyncClient, Client, TokenSource, Unauthorized
+from dirichlet_release import AsyncClient, Client, TokenProvider, Unauthorized
 
 from .conftest import FaultProxy, Server
 
@@ -35,19 +35,21 @@ def test_the_function_is_called_for_every_request(server: Server) -> None:
         dataset = admin.create_dataset("token provider", epsilon=1.0, order=2).id
         analyst = admin.create_token([dataset]).token
     provider = Rotating([server.admin, analyst])
-    source: TokenSource = provider
+    source: TokenProvider = provider
     sent: List[str] = []
 
     def seen(request: httpx.Request) -> None:
         sent.append(request.headers["authorization"])
 
-    with httpx.Client(event_hooks={"request": [seen]}) as http:
-        with Client(server.base, source, http_client=http) as client:
-            assert client.whoami().role == "admin"
-            # The next call presents the next token: no client is rebuilt to change it.
-            me = client.whoami()
-            assert me.role == "analyst" and me.datasets == [dataset]
-            client.release(dataset, COUNTS, epsilon=0.1)
+    with (
+        httpx.Client(event_hooks={"request": [seen]}) as http,
+        Client(server.base, source, http_client=http) as client,
+    ):
+        assert client.whoami().role == "admin"
+        # The next call presents the next token: no client is rebuilt to change it.
+        me = client.whoami()
+        assert me.role == "analyst" and me.datasets == [dataset]
+        client.release(dataset, COUNTS, epsilon=0.1)
     assert provider.calls == len(sent) >= 3
     assert sent[:2] == [f"Bearer {server.admin}", f"Bearer {analyst}"]
     assert set(sent[2:]) == {f"Bearer {analyst}"}
@@ -64,17 +66,18 @@ def test_a_retry_asks_for_the_token_again(server: Server, proxy: FaultProxy) -> 
 
 
 def test_a_refused_token_from_the_function_is_unauthorized(server: Server) -> None:
-    with Client(server.base, lambda: "not-a-token-of-this-service", retries=0) as client:
-        with pytest.raises(Unauthorized):
-            client.whoami()
+    with (
+        Client(server.base, lambda: "not-a-token-of-this-service", retries=0) as client,
+        pytest.raises(Unauthorized),
+    ):
+        client.whoami()
 
 
 def test_the_function_must_return_a_token() -> None:
     with pytest.raises(TypeError):
         Client("http://127.0.0.1:9", 42)  # type: ignore[arg-type]
-    with Client("http://127.0.0.1:9", lambda: "", retries=0) as client:
-        with pytest.raises(TypeError):
-            client.whoami()
+    with Client("http://127.0.0.1:9", lambda: "", retries=0) as client, pytest.raises(TypeError):
+        client.whoami()
 
 
 def test_the_async_client_calls_it_too(server: Server) -> None:

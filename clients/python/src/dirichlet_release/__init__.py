@@ -10,6 +10,7 @@ before anything is spent. Populations share a budget among datasets (and populat
 `record_charge` and `record_dp_event` put privacy spent elsewhere on a dataset's ledger.
 """
 
+from ._base import TokenProvider
 from ._client import AsyncClient, Client
 from ._exceptions import (
     AllocationExhausted,
@@ -69,7 +70,6 @@ from ._plan import (
     Shortfall,
     Target,
 )
-from ._base import TokenSource
 from ._version import __version__
 
 __all__ = [
@@ -127,7 +127,7 @@ __all__ = [
     "Target",
     "Token",
     "TokenInfo",
-    "TokenSource",
+    "TokenProvider",
     "Unauthorized",
     "WhoAmI",
     "__version__",

@@ -13,7 +13,19 @@ import os
 import random
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Generic,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    TypeVar,
+    Union,
+)
 from urllib.parse import quote
 
 import httpx
@@ -179,9 +191,17 @@ def problem_error(response: httpx.Response, idempotency_key: Optional[str]) -> P
     )
 
 
-TokenSource = Union[str, Callable[[], str]]
-"""A bearer token, or a function returning the current one (called before every request and
-every retry, so that a token from an OpenID provider can be refreshed as it nears expiry)."""
+class TokenProvider(Protocol):
+    """A function without arguments returning the current bearer token.
+
+    A client given one instead of a token calls it before every request and every retry, so
+    that an OpenID provider's short-lived access token can be refreshed as it nears expiry.
+    """
+
+    def __call__(self) -> str: ...
+
+
+TokenSource = Union[str, TokenProvider]
 
 
 _RESENDABLE_ERRORS = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
