@@ -42,6 +42,21 @@ pub struct Settings {
     pub write_timeout_ms: u64,
     /// Threads of the planner's own pool (0: half the cores, at least one).
     pub planner_threads: usize,
+    /// A file of further admin tokens, one a line (`#` starts a comment), re-read when it
+    /// changes (polled every `admin_tokens_poll_ms`) and on SIGHUP: rotation without a restart.
+    #[serde(default)]
+    pub admin_tokens_file: Option<String>,
+    pub admin_tokens_poll_ms: u64,
+    /// Single sign-on: the OpenID provider whose JWT access tokens are accepted (unset: none).
+    #[serde(default)]
+    pub oidc_issuer: Option<String>,
+    /// The `aud` an accepted JWT must carry (required with `oidc_issuer`).
+    #[serde(default)]
+    pub oidc_audience: Option<String>,
+    pub oidc_role_claim: String,
+    pub oidc_datasets_claim: String,
+    /// The least time between two fetches of the provider's key set caused by an unknown `kid`.
+    pub oidc_key_refresh_min_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -127,6 +142,13 @@ impl Settings {
             "max_inflight_body_bytes",
             "write_timeout_ms",
             "planner_threads",
+            "admin_tokens_file",
+            "admin_tokens_poll_ms",
+            "oidc_issuer",
+            "oidc_audience",
+            "oidc_role_claim",
+            "oidc_datasets_claim",
+            "oidc_key_refresh_min_ms",
         ];
         const NUMERIC_KEYS: &[&str] = &[
             "max_dimension",
@@ -147,6 +169,8 @@ impl Settings {
             "max_inflight_body_bytes",
             "write_timeout_ms",
             "planner_threads",
+            "admin_tokens_poll_ms",
+            "oidc_key_refresh_min_ms",
         ];
         if let Some(url) = env("DATABASE_URL") {
             table.insert("database_url".into(), toml::Value::String(url));
@@ -213,6 +237,10 @@ impl Settings {
         if self.write_timeout_ms == 0 {
             return Err(invalid("write_timeout_ms must be at least 1"));
         }
+        if self.admin_tokens_poll_ms == 0 {
+            return Err(invalid("admin_tokens_poll_ms must be at least 1"));
+        }
+        self.check_oidc().map_err(|message| invalid(&message))?;
         if let Some(token) = &self.admin_token {
             let token = token.expose_secret();
             // Such a token could never sign in: the bearer value is trimmed, and one that
@@ -229,6 +257,31 @@ impl Settings {
             }
             if token.len() < 16 {
                 return Err(invalid("admin_token must be at least 16 characters"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The single sign-on settings hang together: an issuer needs an audience (a token meant
+    /// for another service must not be accepted here), and keys are fetched over TLS unless
+    /// the provider is on this machine.
+    fn check_oidc(&self) -> Result<(), String> {
+        let (issuer, audience) = match (&self.oidc_issuer, &self.oidc_audience) {
+            (None, None) => return Ok(()),
+            (Some(issuer), Some(audience)) => (issuer, audience),
+            (Some(_), None) => return Err("oidc_issuer needs oidc_audience".into()),
+            (None, Some(_)) => return Err("oidc_audience needs oidc_issuer".into()),
+        };
+        if audience.trim().is_empty() {
+            return Err("oidc_audience must not be blank".into());
+        }
+        check_provider_url(issuer).map_err(|e| format!("oidc_issuer {e}"))?;
+        for (name, claim) in [
+            ("oidc_role_claim", &self.oidc_role_claim),
+            ("oidc_datasets_claim", &self.oidc_datasets_claim),
+        ] {
+            if claim.trim().is_empty() {
+                return Err(format!("{name} must not be blank"));
             }
         }
         Ok(())
@@ -265,6 +318,31 @@ impl Settings {
         );
         Duration::from_millis(doubled.min(self.db_connect_max_backoff_ms))
     }
+}
+
+/// An OpenID provider's URL (issuer, key set): `https://`, or `http://` on a loopback address
+/// (a provider on the same machine, as in the tests), never anything else.
+pub fn check_provider_url(raw: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(raw).map_err(|e| format!("is not a URL: {e}"))?;
+    match url.scheme() {
+        "https" => {}
+        "http" => {
+            let loopback = match url.host() {
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+                None => false,
+            };
+            if !loopback {
+                return Err("must be https:// (http:// only on a loopback address)".into());
+            }
+        }
+        _ => return Err("must be https:// (http:// only on a loopback address)".into()),
+    }
+    if url.host().is_none() || url.query().is_some() || url.fragment().is_some() {
+        return Err("must name a host and have no query or fragment".into());
+    }
+    Ok(url)
 }
 
 #[cfg(test)]
@@ -381,6 +459,48 @@ mod tests {
             .is_err(),
             "a cap below the first wait is refused"
         );
+    }
+
+    #[test]
+    fn single_sign_on_needs_an_audience_and_tls_off_this_machine() {
+        let with = |pairs: &'static [(&'static str, &'static str)]| {
+            Settings::from_layers(&[], move |k| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            })
+        };
+        let ok = with(&[
+            ("DIRICHLET_OIDC_ISSUER", "https://id.example.com/realms/x"),
+            ("DIRICHLET_OIDC_AUDIENCE", "dirichlet"),
+        ])
+        .unwrap();
+        assert_eq!(ok.oidc_role_claim, "dirichlet_role");
+        assert_eq!(ok.oidc_datasets_claim, "dirichlet_datasets");
+        for issuer in [
+            "http://127.0.0.1:9000",
+            "http://[::1]:9",
+            "http://localhost:1/x",
+        ] {
+            assert!(check_provider_url(issuer).is_ok(), "{issuer}");
+        }
+        for issuer in [
+            "http://id.example.com",
+            "http://10.0.0.1",
+            "ftp://id.example.com",
+            "https://id.example.com/?q=1",
+            "not a url",
+        ] {
+            assert!(check_provider_url(issuer).is_err(), "{issuer}");
+        }
+        assert!(with(&[("DIRICHLET_OIDC_ISSUER", "https://id.example.com")]).is_err());
+        assert!(with(&[("DIRICHLET_OIDC_AUDIENCE", "dirichlet")]).is_err());
+        assert!(with(&[
+            ("DIRICHLET_OIDC_ISSUER", "http://id.example.com"),
+            ("DIRICHLET_OIDC_AUDIENCE", "dirichlet"),
+        ])
+        .is_err());
     }
 
     /// Tokens that pass a length check but could never sign in.

@@ -36,6 +36,8 @@ pub enum StartupError {
     FingerprintKey(String),
     #[error("cannot start the planner's threads: {0}")]
     Planner(String),
+    #[error("cannot read admin_tokens_file {0}")]
+    AdminTokens(String),
 }
 
 /// The planner's own thread pool (`Settings::planner_threads`).
@@ -90,6 +92,8 @@ pub struct Application {
     state: AppState,
     readiness: Readiness,
     connecting: tokio::task::JoinHandle<()>,
+    /// Reads `admin_tokens_file` again when it changes (none without the file).
+    watching: Option<tokio::task::JoinHandle<()>>,
     /// The admin token, when this start generated it (to be shown once): set by
     /// [`Application::build`]; after [`Application::start`], see [`Application::readiness`].
     pub generated_admin_token: Option<String>,
@@ -124,6 +128,18 @@ impl Application {
                 })?;
         // Before the connection task starts, so that a failure here leaves nothing running.
         let planner = Arc::new(planner_pool(settings.planner_threads())?);
+        let admin_tokens = Arc::new(
+            crate::http::admins::AdminTokens::load(settings.admin_tokens_file.as_deref())
+                .map_err(StartupError::AdminTokens)?,
+        );
+        let oidc = crate::http::oidc::Verifier::from_settings(&settings).map(Arc::new);
+        let watching = admin_tokens.is_watched().then(|| {
+            tokio::spawn(
+                admin_tokens
+                    .clone()
+                    .watch(Duration::from_millis(settings.admin_tokens_poll_ms)),
+            )
+        });
         let store = Arc::new(Deferred::new(backend));
         let keys = Arc::new(OnceLock::new());
         let settings = Arc::new(settings);
@@ -146,12 +162,15 @@ impl Application {
             tasks: TaskTracker::new(),
             caches: Default::default(),
             planner,
+            admin_tokens,
+            oidc,
         });
         Ok(Application {
             listener,
             state,
             readiness: Readiness(readiness),
             connecting,
+            watching,
             generated_admin_token: None,
         })
     }
@@ -237,6 +256,9 @@ impl Application {
         drop(listener);
         // Stopped while still trying to reach the database: stop trying.
         self.connecting.abort();
+        if let Some(watching) = &self.watching {
+            watching.abort();
+        }
         graceful.shutdown().await;
         tasks.close();
         tasks.wait().await;

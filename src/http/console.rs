@@ -255,9 +255,11 @@ async fn asset(name: Result<ApiPath<String>, ApiError>) -> Result<Response, ApiE
 pub struct WhoAmI {
     #[schema(schema_with = role)]
     role: &'static str,
-    /// An analyst token's public id (what its releases record as `created_by`).
+    /// An analyst token's public id (what its releases record as `created_by`); for an analyst
+    /// signed in through the OpenID provider, `oidc` and 32 hex digits, the same for every token
+    /// of that person.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(pattern = "^[0-9a-f]+$", nullable = false)]
+    #[schema(pattern = "^([0-9a-f]+|oidc[0-9a-f]{32})$", nullable = false)]
     token_id: Option<String>,
     /// The datasets an analyst token may use (absent for the admin, who may use all).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -2,6 +2,7 @@
 //! (`openapi`), merged here under the shared layers (tracing, metrics, timeout, header and body
 //! limits, panic catching) and one problem+json error type.
 
+pub mod admins;
 pub mod allocations;
 pub mod audit;
 pub mod auth;
@@ -13,6 +14,7 @@ pub mod extract;
 pub mod limits;
 pub mod mechanisms;
 pub mod metrics;
+pub mod oidc;
 pub mod openapi;
 pub mod ops;
 pub mod paths;
@@ -74,6 +76,10 @@ pub struct Shared {
     pub bodies: Arc<limits::Bodies>,
     /// The planner's own threads (`plan`): plans never compete with the sampler's pool.
     pub planner: Arc<rayon::ThreadPool>,
+    /// Admin tokens from `admin_tokens_file`, beside `Keys::admin_digest`.
+    pub admin_tokens: Arc<admins::AdminTokens>,
+    /// Single sign-on, when an OpenID provider is configured.
+    pub oidc: Option<Arc<oidc::Verifier>>,
 }
 
 /// The keys start-up reads from the configuration or the database.

@@ -37,6 +37,13 @@ analyst token `dra_<id>_<secret>` created by `POST /v1/tokens`, which is limited
 it lists. An analyst asking for a dataset outside its list gets 404, exactly as for a dataset
 that does not exist.
 
+With single sign-on configured, a JWT access token of the service's OpenID provider is accepted
+too: its role and an analyst's datasets come from its claims (`dirichlet_role`,
+`dirichlet_datasets` by default), and an analyst's spend and allocations are kept under the id
+`oidc<32 hex digits>` of its issuer and subject, the same across token renewals. A token that
+is not valid is 401; a valid one without a known role 403; 503 (with `Retry-After`) when the
+provider's keys are needed and the provider cannot be reached.
+
 Every error is an RFC 9457 `application/problem+json` document whose `type` is a relative URI
 reference `/problems/<slug>`; each problem type has a schema of its own (`<Name>Problem`), and
 each operation lists, per status, the problem types it may answer. JSON syntax errors are 400
@@ -93,7 +100,9 @@ pub fn base() -> OpenApi {
             HttpBuilder::new()
                 .scheme(HttpAuthScheme::Bearer)
                 .description(Some(
-                    "The admin token, or an analyst token `dra_<id>_<secret>`.",
+                    "The admin token (or one from the admin tokens file), an analyst token \
+                     `dra_<id>_<secret>`, or, with single sign-on, a JWT access token of the \
+                     configured OpenID provider (asymmetric signature, `iss`, `aud`, `exp`).",
                 ))
                 .build(),
         ),

@@ -78,12 +78,21 @@ fn role() -> SchemaRef {
         .into()
 }
 
-/// A token as the admin sees it: never its secret or the secret's digest.
+/// A listed token's id: an issued token's public id, or `oidc` and 32 hex digits for an analyst
+/// signed in through the OpenID provider (src/http/oidc.rs, `principal_id`).
+fn listed_token_id() -> SchemaRef {
+    schema::string()
+        .pattern(Some("^([0-9a-f]+|oidc[0-9a-f]{32})$"))
+        .into()
+}
+
+/// A token as the admin sees it: never its secret or the secret's digest. With single sign-on,
+/// also each analyst the provider signed in (id `oidc…`, created on first use, revocable here).
 #[derive(Serialize, ToSchema)]
 #[schema(as = TokenInfo)]
 #[serde(deny_unknown_fields)]
 pub struct TokenView {
-    #[schema(schema_with = token_id)]
+    #[schema(schema_with = listed_token_id)]
     id: String,
     #[schema(schema_with = role)]
     role: Role,

@@ -476,6 +476,10 @@ pub trait LedgerStore: Send + Sync + 'static {
     ) -> Result<Vec<(i64, i64, i64)>, StoreError>;
 
     async fn create_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
+    /// A single sign-on principal's row: `token` inserted unless a row of its id exists (which is
+    /// left as it is, revocation included), then a scope row for each of `token.datasets` that
+    /// exists and has none yet (spend 0, no allocation). Datasets that do not exist are skipped.
+    async fn ensure_principal(&self, token: &TokenRecord) -> Result<(), StoreError>;
     /// The token, revoked or not (the caller checks [`TokenRecord::usable_at`]).
     async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError>;
     /// Every token, revoked ones included, oldest first.

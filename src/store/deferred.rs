@@ -156,6 +156,10 @@ impl LedgerStore for Deferred {
         self.store()?.create_token(token).await
     }
 
+    async fn ensure_principal(&self, token: &TokenRecord) -> Result<(), StoreError> {
+        self.store()?.ensure_principal(token).await
+    }
+
     async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError> {
         self.store()?.find_token(id).await
     }

@@ -752,6 +752,29 @@ impl LedgerStore for PgStore {
         .map_err(|e| store_error("create_token", e))
     }
 
+    async fn ensure_principal(&self, token: &TokenRecord) -> Result<(), StoreError> {
+        // One statement, as create_token: the same locks (the datasets' rows FOR KEY SHARE by
+        // the foreign key), taken in the same order.
+        sqlx::query(
+            "WITH token AS ( \
+                 INSERT INTO tokens (id, secret_hash, role, created_at) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (id) DO NOTHING) \
+             INSERT INTO token_datasets (token_id, dataset_id) \
+             SELECT $1, datasets.id FROM datasets WHERE datasets.id = ANY($5::uuid[]) \
+             ORDER BY datasets.id \
+             ON CONFLICT (token_id, dataset_id) DO NOTHING",
+        )
+        .bind(&token.id)
+        .bind(&token.secret_hash[..])
+        .bind(token.role.as_str())
+        .bind(token.created_at)
+        .bind(&token.datasets[..])
+        .execute(&self.pool)
+        .await
+        .map(drop)
+        .map_err(|e| store_error("ensure_principal", e))
+    }
+
     async fn find_token(&self, id: &str) -> Result<Option<TokenRecord>, StoreError> {
         let sql = format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE id = $1");
         sqlx::query(&sql)

@@ -634,6 +634,38 @@ async fn create_token_on(
     tx.commit().await.map_err(fail)
 }
 
+/// The transaction of [`LedgerStore::ensure_principal`], on one connection.
+async fn ensure_principal_on(
+    conn: &mut SqliteConnection,
+    token: &TokenRecord,
+) -> Result<(), StoreError> {
+    const CONTEXT: &str = "ensure_principal";
+    let fail = |e| store_error(CONTEXT, e);
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(fail)?;
+    sqlx::query(
+        "INSERT OR IGNORE INTO tokens (id, secret_hash, role, created_at) VALUES ($1, $2, $3, $4)",
+    )
+    .bind(&token.id)
+    .bind(&token.secret_hash[..])
+    .bind(token.role.as_str())
+    .bind(token.created_at.trunc_subsecs(6))
+    .execute(&mut *tx)
+    .await
+    .map_err(fail)?;
+    for dataset_id in &token.datasets {
+        sqlx::query(
+            "INSERT OR IGNORE INTO token_datasets (token_id, dataset_id) \
+             SELECT $1, id FROM datasets WHERE id = $2",
+        )
+        .bind(&token.id)
+        .bind(dataset_id.hyphenated())
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    }
+    tx.commit().await.map_err(fail)
+}
+
 #[async_trait]
 impl LedgerStore for SqliteStore {
     fn backend(&self) -> &'static str {
@@ -886,6 +918,16 @@ impl LedgerStore for SqliteStore {
             .await
             .map_err(|e| store_error("create_token", e))?;
         let result = create_token_on(&mut conn, token).await;
+        discard_on_error(&mut conn, result)
+    }
+
+    async fn ensure_principal(&self, token: &TokenRecord) -> Result<(), StoreError> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| store_error("ensure_principal", e))?;
+        let result = ensure_principal_on(&mut conn, token).await;
         discard_on_error(&mut conn, result)
     }
 

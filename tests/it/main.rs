@@ -13,6 +13,7 @@ mod console;
 mod golden;
 mod hygiene;
 mod ledgerlog;
+mod oidc;
 mod openapi;
 mod populations;
 mod reliability;

@@ -10,6 +10,7 @@ before anything is spent. Populations share a budget among datasets (and populat
 `record_charge` and `record_dp_event` put privacy spent elsewhere on a dataset's ledger.
 """
 
+from ._base import TokenProvider
 from ._client import AsyncClient, Client
 from ._exceptions import (
     AllocationExhausted,
@@ -126,6 +127,7 @@ __all__ = [
     "Target",
     "Token",
     "TokenInfo",
+    "TokenProvider",
     "Unauthorized",
     "WhoAmI",
     "__version__",

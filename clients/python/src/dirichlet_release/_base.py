@@ -13,7 +13,19 @@ import os
 import random
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Generic,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    TypeVar,
+    Union,
+)
 from urllib.parse import quote
 
 import httpx
@@ -179,6 +191,19 @@ def problem_error(response: httpx.Response, idempotency_key: Optional[str]) -> P
     )
 
 
+class TokenProvider(Protocol):
+    """A function without arguments returning the current bearer token.
+
+    A client given one instead of a token calls it before every request and every retry, so
+    that an OpenID provider's short-lived access token can be refreshed as it nears expiry.
+    """
+
+    def __call__(self) -> str: ...
+
+
+TokenSource = Union[str, TokenProvider]
+
+
 _RESENDABLE_ERRORS = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
 # Failures that prove the request never reached the service.
 _UNSENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -190,7 +215,7 @@ class BaseClient:
     def __init__(
         self,
         base_url: str,
-        token: str,
+        token: TokenSource,
         *,
         timeout: float = DEFAULT_TIMEOUT,
         retries: int = DEFAULT_RETRIES,
@@ -200,7 +225,12 @@ class BaseClient:
         if not base_url:
             raise ValueError("base_url is required (e.g. http://127.0.0.1:8080)")
         if not token:
-            raise ValueError("token is required (the admin token or an analyst token dra_…)")
+            raise ValueError(
+                "token is required (the admin token, an analyst token dra_…, or a function "
+                "returning an OpenID provider's access token)"
+            )
+        if not isinstance(token, str) and not callable(token):
+            raise TypeError("token must be a string or a function returning one")
         if retries < 0:
             raise ValueError("retries must be ≥ 0")
         self.base_url = base_url.rstrip("/")
@@ -208,8 +238,8 @@ class BaseClient:
         self.retries = retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self._token = token
         self._headers = {
-            "Authorization": f"Bearer {token}",
             "Accept": "application/json, application/problem+json",
             "User-Agent": f"dirichlet-release-python/{__version__}",
         }
@@ -695,8 +725,17 @@ class BaseClient:
     def _whoami(self) -> Call[WhoAmI]:
         return Call("GET", "/v1/whoami", lambda r: WhoAmI.from_json(_object(r)))
 
+    def _bearer(self) -> str:
+        if isinstance(self._token, str):
+            return self._token
+        token = self._token()
+        if not isinstance(token, str) or not token:
+            raise TypeError("the token function must return a non-empty string")
+        return token
+
     def _request_headers(self, call: Call[Any]) -> Dict[str, str]:
         headers = dict(self._headers)
+        headers["Authorization"] = f"Bearer {self._bearer()}"
         if call.body is not None:
             headers["Content-Type"] = "application/json"
         headers.update(call.headers)

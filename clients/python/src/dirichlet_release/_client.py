@@ -29,6 +29,7 @@ from ._base import (
     DEFAULT_TIMEOUT,
     BaseClient,
     Call,
+    TokenSource,
     problem_error,
 )
 from ._mechanisms import Mechanisms
@@ -66,7 +67,10 @@ class Client(BaseClient):
 
     Args:
         base_url: the service's address, e.g. ``http://127.0.0.1:8080``.
-        token: the admin token or an analyst token ``dra_…``.
+        token: the admin token, an analyst token ``dra_…``, or a function without arguments
+            returning the current bearer token (for example an OpenID provider's access token,
+            refreshed by the function as it nears expiry): called before every request and
+            every retry, never cached by the client.
         timeout: seconds to wait for each attempt's answer.
         retries: how many times a failed call is sent again (0: never). Reads, previews,
             plans, releases (under their Idempotency-Key) and revocations are retried on a lost
@@ -84,7 +88,7 @@ class Client(BaseClient):
     def __init__(
         self,
         base_url: str,
-        token: str,
+        token: TokenSource,
         *,
         timeout: float = DEFAULT_TIMEOUT,
         retries: int = DEFAULT_RETRIES,
@@ -535,7 +539,7 @@ class AsyncClient(BaseClient):
     def __init__(
         self,
         base_url: str,
-        token: str,
+        token: TokenSource,
         *,
         timeout: float = DEFAULT_TIMEOUT,
         retries: int = DEFAULT_RETRIES,

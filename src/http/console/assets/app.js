@@ -264,14 +264,14 @@ function renderSignIn(message) {
   const form = h('form', { class: 'card narrow', method: 'post', novalidate: true },
     h('h1', {}, 'Sign in'),
     message ? h('p', { class: 'notice' }, message) : null,
-    field('Bearer token', token, 'The admin token printed at start-up, or an analyst token (dra_…). It is kept in this tab only and sent only in the Authorization header.'),
+    field('Bearer token', token, 'The admin token printed at start-up, an analyst token (dra_…), or, with single sign-on, an access token from your organisation\'s OpenID provider (a JWT; sign in again when it expires). It is kept in this tab only and sent only in the Authorization header.'),
     errors, button);
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     clear(errors);
     const value = token.value.trim();
     if (!value) {
-      errors.append(problemBox(new Problem(0, { title: 'A token is required', detail: 'Paste the admin token or an analyst token.' })));
+      errors.append(problemBox(new Problem(0, { title: 'A token is required', detail: 'Paste the admin token, an analyst token or an access token from your OpenID provider.' })));
       return;
     }
     busy(button, true);
