@@ -21,3 +21,4 @@ mod seeds;
 mod sqlite_failures;
 mod store_contract;
 mod teams;
+mod tls;
