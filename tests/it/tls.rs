@@ -382,31 +382,30 @@ async fn a_wrong_ca_is_never_ready_and_each_retry_names_the_tls_failure() {
 }
 
 /// The right CA, but a host name the certificate does not name (it names `localhost`, the URL
-/// `127.0.0.1`): refused under `verify-full`, accepted under `verify-ca`, which checks the chain
-/// alone.
+/// `127.0.0.1`): refused under `verify-full`. Under `verify-ca` too: sqlx 0.8 skips the host name
+/// there by matching rustls's `NotValidForName`, which the rustls of this build reports as
+/// `NotValidForNameContext`, so the name is checked all the same (stricter than libpq, never
+/// weaker; SECURITY.md). Should a newer sqlx skip it, this fails and the documents must change.
 #[tokio::test]
 async fn a_host_name_the_certificate_does_not_name_is_refused_under_verify_full() {
     let tls = tls_server().await;
     let database = tls.database(None).await;
     let ca = tls.cert("ca.crt");
-    let url = |mode: &str| {
-        tls.url(
+    for mode in ["verify-full", "verify-ca"] {
+        let url = tls.url(
             "postgres",
             "127.0.0.1",
             &database,
             &format!("sslmode={mode}&sslrootcert={}", ca.display()),
-        )
-    };
-    for error in assert_never_ready(tls, &database, &url("verify-full"), "wrong-host").await {
-        assert!(
-            error.contains("TLS handshake with the database failed")
-                && error.contains("not valid for name \"127.0.0.1\""),
-            "{error}"
         );
+        for error in assert_never_ready(tls, &database, &url, mode).await {
+            assert!(
+                error.contains("TLS handshake with the database failed")
+                    && error.contains("not valid for name \"127.0.0.1\""),
+                "{mode}: {error}"
+            );
+        }
     }
-    let logs = tempfile::tempdir().unwrap();
-    let replica = Replica::start("chain-only", &url("verify-ca"), &[], logs.path(), "info");
-    assert_eq!(readyz(&replica).await, StatusCode::OK);
 }
 
 /// `sslmode=disable` against a server whose pg_hba.conf has `hostssl` lines only: start-up stops
