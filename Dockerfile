@@ -3,10 +3,11 @@
 # dirichlet-release: build with `docker build -t dirichlet-release .` (or scripts/ci/container-test.sh,
 # which also builds where no registry is reachable, and tests the image), run with
 #   docker run -p 8080:8080 -e DIRICHLET_ADMIN_TOKEN=... -e DIRICHLET_FINGERPRINT_KEY=... \
-#              -e DIRICHLET_DATABASE_URL=postgres://USER:PASSWORD@HOST:5432/DB dirichlet-release
-# Without DIRICHLET_DATABASE_URL the service keeps a SQLite file in /var/lib/dirichlet-release
-# (mount a volume there to keep it). config/default.toml and migrations/ are compiled into the
-# binary, so the runtime image holds the binary only.
+#              -e DATABASE_URL=postgres://USER:PASSWORD@HOST:5432/DB dirichlet-release
+# (DIRICHLET_DATABASE_URL works too, and wins when both are set.) Without either, the service
+# keeps a SQLite file in /var/lib/dirichlet-release (mount a volume there to keep it).
+# config/default.toml and migrations/ are compiled into the binary, so the runtime image holds
+# the binary only.
 # scripts/ci/docker-cmd-on-host.sh reads the ENV and ENTRYPOINT lines of the last stage below and runs
 # the same command on the host (CI): keep them single key=value pairs and exec form.
 #
@@ -80,8 +81,9 @@ LABEL org.opencontainers.image.title="dirichlet-release" \
       org.opencontainers.image.licenses="MIT OR Apache-2.0"
 
 # No package is added: the HEALTHCHECK is the binary's own subcommand (no curl), and the binary
-# makes no TLS connection (it is built without a TLS stack: TLS to PostgreSQL is not supported,
-# and HTTPS is a proxy's job, SECURITY.md), so it reads no CA certificates.
+# carries its own TLS stack (rustls) for PostgreSQL. No CA bundle either: a verifying connection
+# (sslmode=verify-full) trusts exactly the certificate the URL's sslrootcert names, mounted at
+# run time (SECURITY.md, "TLS to PostgreSQL"); HTTPS is a proxy's job.
 RUN groupadd --system --gid 10001 dirichlet \
     && useradd --system --uid 10001 --gid dirichlet --no-create-home \
        --home-dir /var/lib/dirichlet-release --shell /usr/sbin/nologin dirichlet \
@@ -92,10 +94,14 @@ COPY --from=builder /out/dirichlet-release /usr/local/bin/dirichlet-release
 WORKDIR /var/lib/dirichlet-release
 USER 10001:10001
 
-# Set DIRICHLET_DATABASE_URL, DIRICHLET_ADMIN_TOKEN and DIRICHLET_FINGERPRINT_KEY at run time;
-# every other key of config/default.toml can be overridden as DIRICHLET_<KEY>.
+# Set DATABASE_URL (or DIRICHLET_DATABASE_URL), DIRICHLET_ADMIN_TOKEN and
+# DIRICHLET_FINGERPRINT_KEY at run time; every other key of config/default.toml can be overridden
+# as DIRICHLET_<KEY>. The image sets no database URL: one here would shadow DATABASE_URL (the
+# DIRICHLET_ name wins) and a DIRICHLET_CONFIG file's database_url (the environment wins). The
+# default, sqlite://dirichlet-release.db, is relative to the WORKDIR above. The two variables
+# below shadow only the same keys of a DIRICHLET_CONFIG file; scripts/docker-cmd-on-host.sh
+# checks that every variable README lists works here as on the host.
 ENV DIRICHLET_LISTEN=0.0.0.0:8080
-ENV DIRICHLET_DATABASE_URL=sqlite:///var/lib/dirichlet-release/dirichlet-release.db
 ENV DIRICHLET_LOG_FORMAT=json
 
 EXPOSE 8080

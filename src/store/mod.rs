@@ -114,12 +114,23 @@ pub(crate) fn store_error(context: &str, error: sqlx::Error) -> StoreError {
         E::WorkerCrashed => {
             StoreError::Unavailable(format!("{context}: the database worker thread stopped"))
         }
-        E::Io(io) => StoreError::Unavailable(format!(
-            "{context}: I/O error talking to the database: {io}"
+        // rustls reports a failed handshake (an unknown issuer, a host name the certificate
+        // does not name, a refused client certificate) as an I/O error wrapping its own: named
+        // as TLS here, so that the retry lines say why. Still `Unavailable`: a certificate can
+        // be renewed or a server fixed while start-up waits, and it never falls back to clear text.
+        E::Io(io) => match tls_failure(&io) {
+            Some(tls) => StoreError::Unavailable(format!(
+                "{context}: TLS handshake with the database failed: {tls}"
+            )),
+            None => StoreError::Unavailable(format!(
+                "{context}: I/O error talking to the database: {io}"
+            )),
+        },
+        // sqlx's own TLS errors ("server does not support TLS", an unreadable certificate):
+        // their text names no secret.
+        E::Tls(tls) => StoreError::Unavailable(format!(
+            "{context}: TLS error talking to the database: {tls}"
         )),
-        E::Tls(_) => {
-            StoreError::Unavailable(format!("{context}: TLS error talking to the database"))
-        }
         // The driver could not make sense of what came over the connection (e.g. a server going
         // away mid-message): that connection is unusable, a fresh one may work. A commit whose
         // statement was sent never gets here (`postgres::outcome_of` makes it unknown first).
@@ -149,6 +160,11 @@ pub(crate) fn store_error(context: &str, error: sqlx::Error) -> StoreError {
         | E::InvalidSavePointStatement => StoreError::Internal(format!("{context}: {error}")),
         _ => StoreError::Internal(format!("{context}: unexpected database driver error")),
     }
+}
+
+/// The rustls error inside an I/O error, if that is what it is.
+fn tls_failure(io: &std::io::Error) -> Option<&rustls::Error> {
+    io.get_ref()?.downcast_ref::<rustls::Error>()
 }
 
 fn database_error(context: &str, db: &dyn DatabaseError) -> StoreError {
@@ -186,6 +202,14 @@ fn postgres_error(context: &str, pg: &sqlx::postgres::PgDatabaseError) -> StoreE
             // statement_timeout and lock_timeout: busy past the time we are willing to wait
             | "57014" | "55P03"
         );
+    // The server's pg_hba.conf has no line for a connection without encryption (only
+    // `hostssl`): say how to ask for TLS instead of leaving the operator to decode it.
+    if code == "28000" && pg.message().ends_with("no encryption") {
+        message.push_str(
+            " (the server accepts this connection only over SSL/TLS: set sslmode=verify-full \
+             and sslrootcert=CA-FILE in the database URL, or at least sslmode=require)",
+        );
+    }
     if unavailable {
         StoreError::Unavailable(message)
     } else if matches!(code, "XX001" | "XX002") {

@@ -51,6 +51,36 @@ fn token_record(row: &PgRow) -> Result<TokenRecord, StoreError> {
     })
 }
 
+/// The URL's certificate files (`sslrootcert`, `sslcert`, `sslkey`, or sqlx's spellings of them)
+/// must be readable now: a path that is wrong is a configuration error that waiting does not cure,
+/// and sqlx would report it as a bare "No such file or directory" on every retry. The check does
+/// not read the files' contents (a key is read by the driver alone).
+fn check_certificate_files(url: &str) -> Result<(), StoreError> {
+    const KEYS: &[&str] = &[
+        "sslrootcert",
+        "ssl-root-cert",
+        "ssl-ca",
+        "sslcert",
+        "ssl-cert",
+        "sslkey",
+        "ssl-key",
+    ];
+    let Ok(parsed) = url::Url::parse(url) else {
+        // The driver's own parse reports it.
+        return Ok(());
+    };
+    for (key, path) in parsed.query_pairs() {
+        if KEYS.contains(&key.as_ref()) {
+            std::fs::File::open(path.as_ref()).map_err(|e| {
+                StoreError::Internal(format!(
+                    "connect: cannot read the {key} file {path} named in the database URL: {e}"
+                ))
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// A connection idle for longer than this is pinged before use, so that a pool that outlived a
 /// database restart discards its dead connections instead of failing requests with them. Busy
 /// connections skip the ping: the release path stays one round trip.
@@ -135,6 +165,7 @@ pub struct PgStore {
 
 impl PgStore {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Self, StoreError> {
+        check_certificate_files(url)?;
         let base = PgConnectOptions::from_str(url)
             .map_err(|e| store_error("connect", e))?
             .application_name("dirichlet-release");
@@ -961,5 +992,60 @@ impl LedgerStore for PgStore {
         parent: Option<Uuid>,
     ) -> Result<Placement, StoreError> {
         tree::place(&self.pool, id, false, parent).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::postgres::PgSslMode;
+
+    /// libpq's vocabulary, read by the driver: `prefer` when the URL says nothing (as libpq).
+    #[test]
+    fn the_url_carries_libpq_ssl_modes_and_prefer_is_the_default() {
+        if std::env::var_os("PGSSLMODE").is_none() {
+            let options = PgConnectOptions::from_str("postgres://u@db.internal/ledger").unwrap();
+            assert!(matches!(options.get_ssl_mode(), PgSslMode::Prefer));
+        }
+        for (mode, expected) in [
+            ("disable", PgSslMode::Disable),
+            ("prefer", PgSslMode::Prefer),
+            ("require", PgSslMode::Require),
+            ("verify-ca", PgSslMode::VerifyCa),
+            ("verify-full", PgSslMode::VerifyFull),
+        ] {
+            let url = format!("postgres://u@db.internal/ledger?sslmode={mode}");
+            let options = PgConnectOptions::from_str(&url).unwrap();
+            assert_eq!(
+                std::mem::discriminant(&options.get_ssl_mode()),
+                std::mem::discriminant(&expected),
+                "{mode}"
+            );
+        }
+        assert!(PgConnectOptions::from_str("postgres://u@h/db?sslmode=sometimes").is_err());
+    }
+
+    #[test]
+    fn certificate_files_named_in_the_url_must_be_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not read here").unwrap();
+        let good = format!(
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert={}",
+            ca.display()
+        );
+        assert!(check_certificate_files(&good).is_ok());
+        assert!(check_certificate_files("postgres://u@h/db").is_ok());
+        for key in ["sslrootcert", "sslcert", "sslkey", "ssl-ca"] {
+            let missing = dir.path().join("missing.pem");
+            let url = format!("postgres://u@h/db?{key}={}", missing.display());
+            match check_certificate_files(&url) {
+                Err(StoreError::Internal(message)) => {
+                    assert!(message.contains(key), "{message}");
+                    assert!(message.contains("missing.pem"), "{message}");
+                }
+                other => panic!("{key}: {other:?}"),
+            }
+        }
     }
 }

@@ -23,3 +23,4 @@ mod seeds;
 mod sqlite_failures;
 mod store_contract;
 mod teams;
+mod tls;

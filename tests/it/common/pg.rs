@@ -180,6 +180,16 @@ struct User {
 impl Throwaway {
     /// Creates and starts a server whose lifetime is tied to process `owner`.
     pub async fn start(owner: u32) -> Result<Throwaway, String> {
+        Throwaway::start_configured(owner, |_| Ok(())).await
+    }
+
+    /// As [`Throwaway::start`], with `configure` run on the new cluster's data directory before
+    /// the server first starts (certificates, `postgresql.conf`, `pg_hba.conf`); what it writes
+    /// there is then handed to the server's user.
+    pub async fn start_configured(
+        owner: u32,
+        configure: impl FnOnce(&Path) -> Result<(), String>,
+    ) -> Result<Throwaway, String> {
         let bin_dir = find_bin_dir()?;
         let run_as = if running_as_root() {
             Some(unprivileged_user()?)
@@ -200,7 +210,7 @@ impl Throwaway {
         }
 
         let data = root.join("data");
-        let mut args: Vec<OsString> = vec!["-D".into(), data.into()];
+        let mut args: Vec<OsString> = vec!["-D".into(), data.clone().into()];
         args.extend(
             [
                 "-U",
@@ -225,6 +235,11 @@ impl Throwaway {
                 initdb.status,
                 String::from_utf8_lossy(&initdb.stderr).trim()
             ));
+        }
+
+        configure(&data)?;
+        if let Some(user) = &run_as {
+            chown_tree(&data, user)?;
         }
 
         // A port found free may be taken before the server binds it; try a few.
@@ -359,6 +374,19 @@ impl Throwaway {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Hands `dir` and everything under it to `user` (files written there by a test running as root).
+fn chown_tree(dir: &Path, user: &User) -> Result<(), String> {
+    std::os::unix::fs::lchown(dir, Some(user.uid), Some(user.gid))
+        .map_err(|e| format!("cannot hand {} to user {}: {e}", dir.display(), user.name))?;
+    if dir.is_dir() && !dir.is_symlink() {
+        let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for entry in entries {
+            chown_tree(&entry.map_err(|e| e.to_string())?.path(), user)?;
+        }
+    }
+    Ok(())
 }
 
 /// A shell loop that outlives the owner: statics never run `Drop`, and a killed test process
