@@ -18,6 +18,8 @@
 use super::exponential::{hellinger_bound_with, selection_scale, BetaCandidates};
 use super::types::Prior;
 
+pub mod smoothed;
+
 /// Every bound is inflated by this relative amount before it is returned: it covers the f64
 /// rounding of the bounds' own arithmetic and of the parameters the sampler receives (the
 /// Gamma shapes fl(fl(r·x) + α), σ² rounded up by one ulp), each below 1e-15 relative.
@@ -393,6 +395,9 @@ pub trait NoiseTail: Copy + std::fmt::Debug {
     fn quadratic_quantile(&self, _d: usize, _beta: f64) -> Option<f64> {
         None
     }
+    /// ln of an upper bound on P(e = y), within a relative 1e-9 of the exact mass (the
+    /// certified KL bound of a smoothed release, [`smoothed`], sums it over |y| ≤ M).
+    fn ln_pmf_upper(&self, y: i64) -> f64;
 }
 
 /// The worst-case bounds of an additive release with noise of law `T`; a law that could not be
@@ -440,6 +445,14 @@ impl<T: NoiseTail> Noise<T> {
         if !(n > 0.0 && n.is_finite() && d >= 1 && beta > 0.0 && beta < 1.0 && k > 0.0) {
             return f64::INFINITY;
         }
+        inflate(self.linear_smoothed_kl(d, n, beta, k)).min(smoothed::smoothed_kl(&law, d, n, beta, k))
+    }
+
+    /// The closed-form bound (dk + W)/n of [`Self::smoothed_kl`], without its inflation.
+    fn linear_smoothed_kl(&self, d: usize, n: f64, beta: f64, k: f64) -> f64 {
+        let Some(law) = self.0 else {
+            return f64::NAN;
+        };
         let df = d as f64;
         let mut best = f64::INFINITY;
         for f in SPLITS {
@@ -448,7 +461,7 @@ impl<T: NoiseTail> Noise<T> {
             let a = w_quantile(&law, df, ell, (1.0 - f) * beta);
             best = best.min((df * k + a) / n);
         }
-        inflate(best)
+        best
     }
 
     /// The pseudo-count k that minimises [`Self::smoothed_kl`] (golden-section search in ln k;
@@ -598,6 +611,8 @@ pub struct DiscreteGaussianTail {
     proxy: f64,
     v: f64,
     mu4: f64,
+    /// ln of a lower bound on the normaliser Σ_y e^{−y²/(2σ²)}.
+    ln_z_lower: f64,
 }
 
 impl DiscreteGaussianTail {
@@ -609,7 +624,12 @@ impl DiscreteGaussianTail {
         // The sampler's σ² is σ·σ rounded up by one ulp (`discrete::DiscreteGaussian`).
         let proxy = sigma * sigma * (1.0 + 4.0 * f64::EPSILON);
         let (v, mu4) = discrete_gaussian_moments(sigma);
-        Some(DiscreteGaussianTail { proxy, v, mu4 })
+        Some(DiscreteGaussianTail {
+            proxy,
+            v,
+            mu4,
+            ln_z_lower: discrete_gaussian_ln_z_lower(sigma),
+        })
     }
 }
 
@@ -647,6 +667,14 @@ impl NoiseTail for DiscreteGaussianTail {
 
     fn sum_tail(&self, d: usize, s: f64) -> f64 {
         (-s * s / (2.0 * d as f64 * self.proxy)).exp()
+    }
+
+    /// e^{−y²/(2·proxy)}/Z_lower: the sampler's σ² (exact, `discrete::DiscreteGaussian`) lies
+    /// between σ·σ(1 − 4ε) and the proxy, so the numerator is at least the true one and the
+    /// normaliser at most the true one.
+    fn ln_pmf_upper(&self, y: i64) -> f64 {
+        let y = y as f64;
+        -y * y / (2.0 * self.proxy) - self.ln_z_lower
     }
 
     /// Hsu–Kakade–Zhang with tr A = 2m, tr A² = m² + 3m, ‖A‖ = d (m = d − 1).
@@ -765,6 +793,13 @@ impl NoiseTail for DiscreteLaplaceTail {
             .fold(f64::INFINITY, f64::min)
     }
 
+    /// ((1 − p)/(1 + p))·p^{|y|}, inflated by a relative 1e-9 for the rounding of p (the sampler's
+    /// scale is the exact dyadic value of b).
+    fn ln_pmf_upper(&self, y: i64) -> f64 {
+        let p = self.p();
+        (self.one_minus_p / (1.0 + p)).ln() - self.u * y.unsigned_abs() as f64 + 1e-9
+    }
+
     /// Chernoff at its optimal t, and P(S ≠ 0) for a tiny scale.
     fn sum_tail(&self, d: usize, s: f64) -> f64 {
         let (u, one_minus_p) = (self.u, self.one_minus_p);
@@ -826,6 +861,26 @@ fn half_abs_mean(proxy: f64) -> f64 {
     }
     // The tail beyond 15σ adds below 1e-48 of the sum: rounded up by a relative 1e-12.
     0.5 * m1 / z * (1.0 + 1e-12)
+}
+
+/// ln of a lower bound on Z(σ) = Σ_y e^{−y²/(2σ²)} for the sampler's exact σ² ≥ σ·σ(1 − 4ε):
+/// Poisson summation gives Z(v) = √(2πv)·(1 + 2Σ_{k≥1} e^{−2π²vk²}) ≥ √(2πv) for every v > 0
+/// (Z grows with v).
+fn discrete_gaussian_ln_z_lower(sigma: f64) -> f64 {
+    let v = sigma * sigma * (1.0 - 4.0 * f64::EPSILON);
+    let poisson = 0.5 * (2.0 * std::f64::consts::PI * v).ln();
+    // Below σ = 4 the partial sum (a lower bound) is larger than √(2πv) only by O(e^{−2π²v});
+    // it is the one kept there because at tiny σ, Z → 1 while √(2πv) → 0.
+    if sigma >= 4.0 {
+        return poisson - 1e-12;
+    }
+    let top = (15.0 * sigma).ceil() as i64 + 2;
+    let mut z = 1.0;
+    for y in 1..=top {
+        let yf = y as f64;
+        z += 2.0 * (-(yf * yf) / (2.0 * v)).exp();
+    }
+    (z.ln() - 1e-12).max(poisson - 1e-12)
 }
 
 /// E[Y²] and E[Y⁴] of the discrete Gaussian N_ℤ(0, σ²), P(y) ∝ e^{−y²/(2σ²)}. Below σ = 4 by
