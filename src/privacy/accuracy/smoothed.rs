@@ -1,5 +1,5 @@
-//! The certified KL bound of a smoothed additive release (docs/PRIVACY.md, "KL", "The smoothed
-//! baselines, tight"): y = u/Σu with u = max(x + e, 0) + k, e independent integer noise per
+//! The certified KL bound of a smoothed additive release (docs/PRIVACY.md, "KL", "The additive
+//! baselines smoothed"): y = u/Σu with u = max(x + e, 0) + k, e independent integer noise per
 //! cell. For every count vector x of every total N ≥ n, P(D_KL(x/N ‖ y) > η) ≤ β.
 //!
 //! The argument, in the order the code follows it:
@@ -39,8 +39,8 @@ const X_RATIO: f64 = 1.08;
 /// is not computed (∞) and the caller's other bound stands.
 const MAX_SUPPORT: i64 = 1 << 18;
 /// Golden-section steps of the searches over ln t, ln c and δ.
-const T_STEPS: usize = 22;
-const C_STEPS: usize = 7;
+const T_STEPS: usize = 14;
+const C_STEPS: usize = 4;
 const DELTA_STEPS: usize = 40;
 
 /// The noise's pmf on [−M, M], as prefix sums of the mass and of the mass times (y + M).
@@ -124,7 +124,17 @@ fn intervals(m: i64) -> Vec<(i64, i64)> {
 
 /// ln E[e^{s·R_I(e)}·1{|e| ≤ M}] (an upper bound) for I = [x1, x2], by chords over bins that
 /// each lie in one convex piece of R_I.
-fn ln_mgf(sup: &Support, x1: i64, x2: i64, s: f64, k: f64, c: f64, ends: &mut Vec<i64>) -> f64 {
+#[allow(clippy::too_many_arguments)]
+fn ln_mgf(
+    sup: &Support,
+    x1: i64,
+    x2: i64,
+    s: f64,
+    k: f64,
+    c: f64,
+    ends: &mut Vec<i64>,
+    values: &mut Vec<(f64, f64)>,
+) -> f64 {
     let m = sup.m;
     let step = ((2 * m + 1) as f64 / E_BINS as f64).ceil().max(1.0) as i64;
     ends.clear();
@@ -144,11 +154,14 @@ fn ln_mgf(sup: &Support, x1: i64, x2: i64, s: f64, k: f64, c: f64, ends: &mut Ve
     ends.dedup();
     let (x1f, x2f) = (x1 as f64, x2 as f64);
     let value = |e: i64| s * r_interval(x1f, x2f, e as f64, k, c);
-    // Two passes: the largest exponent first, so that nothing overflows.
+    // The exponents at every bin's ends first, so that the largest can be factored out.
+    values.clear();
     let mut top = f64::NEG_INFINITY;
     let mut lo = -m;
     for &hi in ends.iter() {
-        top = top.max(value(lo)).max(value(hi));
+        let (a, b) = (value(lo), if hi == lo { f64::NAN } else { value(hi) });
+        top = top.max(a).max(if b.is_nan() { a } else { b });
+        values.push((a, b));
         lo = hi + 1;
     }
     if !top.is_finite() {
@@ -156,13 +169,13 @@ fn ln_mgf(sup: &Support, x1: i64, x2: i64, s: f64, k: f64, c: f64, ends: &mut Ve
     }
     let mut sum = 0.0;
     let mut lo = -m;
-    for &hi in ends.iter() {
+    for (&hi, &(a, b)) in ends.iter().zip(values.iter()) {
         let (p, first) = sup.bin(lo, hi);
-        let ga = (value(lo) - top).exp();
+        let ga = (a - top).exp();
         if hi == lo {
             sum += p * ga;
         } else {
-            let gb = (value(hi) - top).exp();
+            let gb = (b - top).exp();
             sum += p * ga + (gb - ga) / (hi - lo) as f64 * first;
         }
         lo = hi + 1;
@@ -207,7 +220,7 @@ fn best_delta(a: &[(f64, f64)], l: f64, d: f64, t: f64, s: f64) -> f64 {
 }
 
 /// The golden-section minimum of `f` on [a, b] (the value only).
-fn golden(f: impl Fn(f64) -> f64, a: f64, b: f64, steps: usize) -> f64 {
+fn golden(mut f: impl FnMut(f64) -> f64, a: f64, b: f64, steps: usize) -> f64 {
     let (mut a, mut b) = (a, b);
     let g = 0.5 * (5f64.sqrt() - 1.0);
     let (mut p, mut q) = (b - g * (b - a), a + g * (b - a));
@@ -247,35 +260,28 @@ pub fn smoothed_kl<T: NoiseTail>(law: &T, d: usize, n: f64, beta: f64, k: f64) -
     let cover = intervals(m);
     let l = (1.0 / ((1.0 - TRUNCATION_SHARE) * beta)).ln();
     let df = d as f64;
-    let ends = Vec::with_capacity(E_BINS as usize + 4);
-    let a = Vec::with_capacity(cover.len());
+    let mut ends = Vec::with_capacity(E_BINS as usize + 4);
+    let mut values = Vec::with_capacity(E_BINS as usize + 4);
+    let mut a = Vec::with_capacity(cover.len());
     // The cell's natural scale: where s·r is of order one.
     let scale = m as f64 + k + 1.0;
-    let at = |c: f64, ln_s: f64, a: &mut Vec<(f64, f64)>, ends: &mut Vec<i64>| -> f64 {
+    let mut at = |c: f64, ln_s: f64| -> f64 {
         let s = ln_s.exp();
         let t = s * n;
         a.clear();
         for &(x1, x2) in &cover {
-            a.push((ln_mgf(&support, x1, x2, s, k, c, ends), x1 as f64));
+            let g = ln_mgf(&support, x1, x2, s, k, c, &mut ends, &mut values);
+            a.push((g, x1 as f64));
         }
-        c.ln() - 1.0 + 1.0 / c + best_delta(a, l, df, t, s)
+        c.ln() - 1.0 + 1.0 / c + best_delta(&a, l, df, t, s)
     };
-    let cell = std::cell::RefCell::new((a, ends));
-    let for_c = |ln_c: f64| {
+    let mut for_c = |ln_c: f64| {
         let c = ln_c.exp();
-        golden(
-            |ln_s| {
-                let mut guard = cell.borrow_mut();
-                let (a, ends) = &mut *guard;
-                at(c, ln_s, a, ends)
-            },
-            (1e-4 / scale).ln(),
-            (30.0 / scale).ln(),
-            T_STEPS,
-        )
+        golden(|ln_s| at(c, ln_s), (1e-3 / scale).ln(), (20.0 / scale).ln(), T_STEPS)
     };
-    // The tangent point c is near U/N, which is 1 plus the forecast's own order: [1, e³].
-    let eta = golden(for_c, -0.05, 3.0, C_STEPS).min(for_c(0.0));
+    // The tangent point c is near U/N, about 1 + d(k + E[e⁺])/n (E[e⁺] ≤ √E[e²]/2).
+    let guess = (df * (k + 0.5 * law.moments().0.sqrt()) / n).ln_1p();
+    let eta = golden(&mut for_c, -0.02, 2.0 * guess + 0.05, C_STEPS).min(for_c(0.0));
     if eta.is_finite() && eta > 0.0 {
         super::inflate(eta)
     } else {
@@ -389,6 +395,7 @@ mod tests {
                 worst / b
             );
             assert!(worst <= b, "{gaussian} {scale} {n}: {worst} > {b}");
+            assert!(worst >= 0.3 * b, "{gaussian} {scale} {n}: {worst} ≪ {b}");
         }
     }
 
@@ -458,9 +465,10 @@ mod tests {
                 })
                 .collect();
             let over = v.iter().filter(|v| **v > b).count();
+            let over_half = v.iter().filter(|v| **v > 0.5 * b).count();
             v.sort_by(|a, b| a.total_cmp(b));
             let q = v[((1.0 - beta) * draws as f64).ceil() as usize - 1];
-            (q, over)
+            (q, over, over_half)
         };
         let mut candidates: Vec<(usize, u64)> = Vec::new();
         let mut m = 1usize;
@@ -506,12 +514,18 @@ mod tests {
         let mut worst = (0.0, 0usize);
         let mut most_over = 0;
         for x in finals {
-            let (q, over) = run(&x, draws, &mut rng);
+            let (q, over, over_half) = run(&x, draws, &mut rng);
             most_over = most_over.max(over);
             if q > worst.0 {
-                worst = (q, over);
+                worst = (q, over_half);
             }
         }
+        // The check has power: half the bound is refuted at the worst vector found.
+        assert!(
+            worst.1 > allowed(draws, beta),
+            "half the bound not refuted: {}/{draws}",
+            worst.1
+        );
         (worst.0 / b, b, most_over, draws)
     }
 
@@ -522,8 +536,10 @@ mod tests {
         (mean + 5.0 * (mean * (1.0 - beta)).sqrt() + 3.0).ceil() as usize
     }
 
-    /// For d from 3 to 200 the bound is not refuted by any count vector the search finds, and
-    /// it is tight: at the worst vector found, the observed 1 − β quantile is ≥ 0.8 of it.
+    /// For d from 10 to 100 the bound is not refuted by any count vector the search finds, and
+    /// it is nearly attained: at the worst vector found, the observed 1 − β quantile is ≥ 0.8
+    /// of it from d = 40 on (0.85–0.91 observed) and ≥ 0.6 at d = 10 (0.68–0.75 observed; a
+    /// Chernoff bound over few cells is looser).
     #[test]
     fn hardened_count_vectors_cover_and_meet_the_bound() {
         for (gaussian, scale, d, n, beta) in [
@@ -551,7 +567,8 @@ mod tests {
                 allowed(draws, beta)
             );
             assert!(over <= allowed(draws, beta), "{gaussian} {scale} {d} {n}");
-            assert!(ratio >= 0.0, "{gaussian} {scale} {d} {n}: {ratio}");
+            let tight = if d >= 40 { 0.8 } else { 0.6 };
+            assert!(ratio >= tight, "{gaussian} {scale} {d} {n}: {ratio}");
         }
     }
 }
