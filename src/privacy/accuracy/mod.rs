@@ -445,7 +445,8 @@ impl<T: NoiseTail> Noise<T> {
         if !(n > 0.0 && n.is_finite() && d >= 1 && beta > 0.0 && beta < 1.0 && k > 0.0) {
             return f64::INFINITY;
         }
-        inflate(self.linear_smoothed_kl(d, n, beta, k)).min(smoothed::smoothed_kl(&law, d, n, beta, k))
+        inflate(self.linear_smoothed_kl(d, n, beta, k))
+            .min(smoothed::smoothed_kl(&law, d, n, beta, k))
     }
 
     /// The closed-form bound (dk + W)/n of [`Self::smoothed_kl`], without its inflation.
@@ -480,7 +481,10 @@ impl<T: NoiseTail> Noise<T> {
                 let k = f * scale;
                 (self.smoothed_kl(d, n, beta, k), k)
             })
-            .fold((f64::INFINITY, scale * 0.15), |b, c| if c.0 < b.0 { c } else { b })
+            .fold(
+                (f64::INFINITY, scale * 0.15),
+                |b, c| if c.0 < b.0 { c } else { b },
+            )
             .1
     }
 
@@ -1167,7 +1171,11 @@ mod tests {
             let grid = (0..=12)
                 .map(|i| at(scale * 0.03 * 1.34f64.powi(i)))
                 .fold(f64::INFINITY, f64::min);
-            assert!(at(k) <= 1.05 * grid, "{noise:?}: k = {k}, {} vs {grid}", at(k));
+            assert!(
+                at(k) <= 1.05 * grid,
+                "{noise:?}: k = {k}, {} vs {grid}",
+                at(k)
+            );
             assert_eq!(noise.smoothed_kl(20, 0.0, 0.05, 1.0), f64::INFINITY);
             assert_eq!(noise.bounds(20, 1e4, 0.05).kl, f64::INFINITY);
         }

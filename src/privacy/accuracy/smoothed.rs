@@ -277,7 +277,12 @@ pub fn smoothed_kl<T: NoiseTail>(law: &T, d: usize, n: f64, beta: f64, k: f64) -
     };
     let mut for_c = |ln_c: f64| {
         let c = ln_c.exp();
-        golden(|ln_s| at(c, ln_s), (1e-3 / scale).ln(), (20.0 / scale).ln(), T_STEPS)
+        golden(
+            |ln_s| at(c, ln_s),
+            (1e-3 / scale).ln(),
+            (20.0 / scale).ln(),
+            T_STEPS,
+        )
     };
     // The tangent point c is near U/N, about 1 + d(k + E[e⁺])/n (E[e⁺] ≤ √E[e²]/2).
     let guess = (df * (k + 0.5 * law.moments().0.sqrt()) / n).ln_1p();
@@ -503,7 +508,11 @@ mod tests {
         let mut finals: Vec<Vec<f64>> = scored.iter().take(4).map(|s| s.1.clone()).collect();
         for s in scored.iter().take(2) {
             let m = s.1.iter().filter(|v| **v > 0.0).count().max(1);
-            let j = s.1.iter().copied().filter(|v| *v > 0.0).fold(f64::INFINITY, f64::min) as u64;
+            let j =
+                s.1.iter()
+                    .copied()
+                    .filter(|v| *v > 0.0)
+                    .fold(f64::INFINITY, f64::min) as u64;
             for (fm, fj) in [(1.25, 1.0), (0.8, 1.0), (1.0, 1.25), (1.0, 0.8)] {
                 let mm = ((m as f64 * fm).round() as usize).clamp(1, d - 1);
                 let jj = ((j as f64 * fj).round() as u64).max(1);

@@ -231,8 +231,7 @@ pub fn parse(i: usize, it: &PlanItem, ctx: &Context) -> Result<Item, WorkloadErr
     match named {
         // A named mechanism must be able to run the item: its own fields, its own rules.
         Some(k) => {
-            applicable(k, &item, ctx)
-                .map_err(|(field, reason)| err(field, &reason))?;
+            applicable(k, &item, ctx).map_err(|(field, reason)| err(field, &reason))?;
         }
         // `"auto"`: a field every mechanism that takes it refuses for its value is a mistake
         // in the item, not a reason to drop those mechanisms.
