@@ -246,9 +246,8 @@ fn golden(mut f: impl FnMut(f64) -> f64, a: f64, b: f64, steps: usize) -> f64 {
 /// η with P(D_KL(x/N ‖ y) > η) ≤ β for every x of every total N ≥ n (module documentation); ∞
 /// where it is not computed (n = 0, k ≤ 0, a support beyond MAX_SUPPORT, non-finite values).
 pub fn smoothed_kl<T: NoiseTail>(law: &T, d: usize, n: f64, beta: f64, k: f64) -> f64 {
-    if !(n > 0.0 && n.is_finite() && d >= 1 && beta > 0.0 && beta < 1.0 && k > 0.0)
-        || !k.is_finite()
-    {
+    let valid = n > 0.0 && n.is_finite() && d >= 1 && beta > 0.0 && beta < 1.0;
+    if !(valid && k > 0.0 && k.is_finite()) {
         return f64::INFINITY;
     }
     let bound = law.max_quantile(d, TRUNCATION_SHARE * beta);
