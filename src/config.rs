@@ -42,6 +42,8 @@ pub struct Settings {
     pub write_timeout_ms: u64,
     /// Threads of the planner's own pool (0: half the cores, at least one).
     pub planner_threads: usize,
+    /// Most blocks one release may read (src/ledger/blocks.rs).
+    pub max_block_range: u32,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -127,6 +129,7 @@ impl Settings {
             "max_inflight_body_bytes",
             "write_timeout_ms",
             "planner_threads",
+            "max_block_range",
         ];
         const NUMERIC_KEYS: &[&str] = &[
             "max_dimension",
@@ -147,6 +150,7 @@ impl Settings {
             "max_inflight_body_bytes",
             "write_timeout_ms",
             "planner_threads",
+            "max_block_range",
         ];
         if let Some(url) = env("DATABASE_URL") {
             table.insert("database_url".into(), toml::Value::String(url));
@@ -190,6 +194,9 @@ impl Settings {
         }
         if self.max_page_size == 0 {
             return Err(invalid("max_page_size must be at least 1"));
+        }
+        if self.max_block_range == 0 {
+            return Err(invalid("max_block_range must be at least 1"));
         }
         if self.max_exponential_n == 0 {
             return Err(invalid("max_exponential_n must be at least 1"));
