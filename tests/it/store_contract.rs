@@ -3407,3 +3407,102 @@ async fn three_stores_racing_over_overlapping_blocks_never_overspend(f: Fixture)
     }
     assert!((4..=8).contains(&admitted), "{admitted}");
 }
+
+/// Blocked releases join group commit on PostgreSQL: a hot blocked dataset's releases over
+/// overlapping ranges share transactions, every block stays within its cap, a release is
+/// refused only by a full block, and the spend of each block is what the stored releases that
+/// read it were charged. Half the datasets are under a population, so the group's population
+/// steps and block steps run together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_releases_commit_in_groups_postgres() {
+    let url = pg::fresh_database().await;
+    let store = one_slot(&url).await;
+    let population = store
+        .create_population(&new_population("patients", 100.0))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        let d = blocked_dataset(&*store, 1.0).await;
+        if i == 1 {
+            store
+                .set_dataset_population(d.id, Some(population.id))
+                .await
+                .unwrap();
+        }
+        ids.push((d.id, (i == 1).then_some(population.id)));
+    }
+    let q = cost(0.125);
+    let ranges = [
+        days("2026-12-01", "2026-12-07"),
+        days("2026-12-05", "2026-12-05"),
+        days("2026-12-03", "2026-12-09"),
+    ];
+    let tasks: Vec<_> = (0..72usize)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            let (id, population) = ids[i % 2];
+            let range = ranges[i % 3];
+            let new = NewRelease {
+                population,
+                ..over(
+                    id,
+                    q,
+                    range,
+                    (i % 5 == 0).then(|| format!("key-{i}")).as_deref(),
+                )
+            };
+            tokio::spawn(async move {
+                let outcome = store.commit_release(&new).await.expect("no commit fails");
+                (id, range, outcome)
+            })
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for task in tasks {
+        let (id, range, outcome) = task.await.unwrap();
+        match outcome {
+            CommitOutcome::Committed { release, .. } => assert_eq!(release.blocks, Some(range)),
+            CommitOutcome::BlockExhausted { .. } => refused.push((id, range)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let all = days("2026-12-01", "2026-12-09");
+    let first = day("2026-12-01").index();
+    let mut stored_releases = 0;
+    for (id, _) in &ids {
+        let spent = spent_by_day(&*store, *id, all).await;
+        assert!(spent.iter().all(|s| *s <= cost(1.0).raw()), "{spent:?}");
+        let releases = store.list_releases(*id, None, 1000).await.unwrap();
+        stored_releases += releases.len();
+        let mut summed = vec![0i64; 9];
+        for r in &releases {
+            for key in r.blocks.unwrap().keys() {
+                summed[(key.index() - first) as usize] += r.cost.raw();
+            }
+        }
+        assert_eq!(spent, summed, "each block's spend is its releases' costs");
+        for (_, range) in refused.iter().filter(|(d, _)| d == id) {
+            assert!(
+                range
+                    .keys()
+                    .any(|k| spent[(k.index() - first) as usize] + q.raw() > cost(1.0).raw()),
+                "{range:?} refused with room: {spent:?}"
+            );
+        }
+        let verdict = verify_log(&*store, *id, 8).await;
+        assert_eq!(verdict.failure, None);
+    }
+    let node = store.get_population(population.id).await.unwrap().unwrap();
+    let under = store.list_releases(ids[1].0, None, 1000).await.unwrap();
+    assert_eq!(
+        node.spent.raw(),
+        under.len() as i64 * q.raw(),
+        "full cost per release"
+    );
+    assert!(!refused.is_empty(), "the caps bound");
+    assert!(
+        transactions(&url, None).await < stored_releases,
+        "every blocked release had a transaction of its own"
+    );
+}
