@@ -460,7 +460,11 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// `Exhausted`; else if the release's `created_by` token has an allocation on the dataset
     /// that the cost would overrun → `AllocationExhausted`; else store the release, add its cost
     /// to `spent` (and to the token's spend on the dataset), increment `releases`, commit →
-    /// `Committed`. Any error but `OutcomeUnknown` leaves nothing written.
+    /// `Committed`. On a dataset split into blocks the release must name a range of its period
+    /// (else `BlocksMismatch`, as for a range on a dataset without blocks), every block of which
+    /// must have room for the cost (else `BlockExhausted` naming the first that has none), and
+    /// each is charged the cost in the same transaction. Any error but `OutcomeUnknown` leaves
+    /// nothing written.
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError>;
 
     /// Set the allocation of analyst token `token_id` on a dataset in its scope (`None`

@@ -40,8 +40,8 @@ from ._exceptions import (
 from ._mechanisms import Mechanisms
 from ._models import (
     Allocation,
-    Block,
     Allocations,
+    Block,
     Budget,
     BudgetSpec,
     Charge,
@@ -121,8 +121,11 @@ BLOCK_FIELDS = ("blocks", "block")
 
 
 def _block_field(name: str, value: Any) -> Any:
-    """`blocks` as ``{"from", "to"}`` from a pair of keys (or a mapping sent as it is); `block`
-    as its key."""
+    """A block field as the service takes it.
+
+    `blocks` becomes ``{"from", "to"}`` from a pair of keys (a mapping is sent as it is);
+    `block` is its key.
+    """
     if name == "block":
         return str(value)
     if isinstance(value, Mapping):
@@ -430,7 +433,9 @@ class BaseClient:
             body["row_names"] = names
         for name, param in params.items():
             if param is not None:
-                body[name] = _block_field(name, param) if name in BLOCK_FIELDS else to_jsonable(param, name)
+                body[name] = (
+                    _block_field(name, param) if name in BLOCK_FIELDS else to_jsonable(param, name)
+                )
         return body, shape
 
     def _preview(

@@ -219,8 +219,10 @@ class Client(BaseClient):
         return self._run(self._budget(dataset_id))
 
     def blocks(self, dataset_id: str, start: str, end: str) -> List[Block]:
-        """Every block from `start` to `end` (keys, inclusive) of a dataset split into blocks,
-        in order: its cap, spend and what is left (a block never charged has spent 0)."""
+        """Every block from `start` to `end` (keys, inclusive) of a dataset split into blocks.
+
+        In order, each with its cap, spend and what is left (a block never charged has spent 0).
+        """
         return self._run(self._blocks(dataset_id, start, end))
 
     def preview(
@@ -659,8 +661,10 @@ class AsyncClient(BaseClient):
         return await self._run(self._budget(dataset_id))
 
     async def blocks(self, dataset_id: str, start: str, end: str) -> List[Block]:
-        """Every block from `start` to `end` (keys, inclusive) of a dataset split into blocks,
-        in order: its cap, spend and what is left (a block never charged has spent 0)."""
+        """Every block from `start` to `end` (keys, inclusive) of a dataset split into blocks.
+
+        In order, each with its cap, spend and what is left (a block never charged has spent 0).
+        """
         return await self._run(self._blocks(dataset_id, start, end))
 
     async def preview(

@@ -185,8 +185,11 @@ class Allocations:
 
 @dataclass(frozen=True)
 class Block:
-    """One block of a dataset split into blocks over time: its key (``2026-12-05`` for a day),
-    its cap, what the releases that read it were charged, and what is left."""
+    """One block of a dataset split into blocks over time.
+
+    Its key (``2026-12-05`` for a day), its cap, what the releases that read it were charged,
+    and what is left.
+    """
 
     key: str
     total: float
