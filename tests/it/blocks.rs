@@ -421,7 +421,38 @@ async fn a_population_caps_a_blocked_dataset_across_blocks(backend: Backend) {
     assert_eq!(spends(&app, &d, "2026-12-05", "2026-12-05").await[0].1, 0.0);
 }
 
+/// A plan on a blocked dataset judges what is left on its fullest block.
+async fn plans_judge_the_fullest_block(backend: Backend) {
+    let app = spawn_app(backend).await;
+    let d = blocked(&app, "day", 1.0).await;
+    let plan = json!({"items": [{"d": 6, "n_lower_bound": 50, "mechanism": "dirichlet",
+                                 "epsilon": 0.5}]});
+    let before = app
+        .post(&format!("/v1/datasets/{d}/plan"), ADMIN_TOKEN, &plan)
+        .await;
+    assert_eq!(before.status(), StatusCode::OK);
+    let before: Value = before.json().await.unwrap();
+    assert_eq!(before["remaining"], 1.0, "{before}");
+    let r = app
+        .post(
+            &format!("/v1/datasets/{d}/charges"),
+            ADMIN_TOKEN,
+            &charge(0.75, json!({"block": "2026-12-03"})),
+        )
+        .await;
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let after: Value = app
+        .post(&format!("/v1/datasets/{d}/plan"), ADMIN_TOKEN, &plan)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(after["remaining"].as_f64().unwrap() < 0.25, "{after}");
+    assert_eq!(after["fits"], false, "{after}");
+}
+
 on_both_backends!(
+    plans_judge_the_fullest_block,
     registration_refuses_bad_periods,
     releases_are_charged_on_every_block,
     blocks_are_required_exactly_where_they_exist,
