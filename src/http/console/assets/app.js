@@ -130,8 +130,8 @@ function shiftBlock(period, key, steps) {
 }
 
 /**
- * Spend per block of a blocked dataset: a range chosen by the user (by default the 30 blocks up
- * to the most-spent one), drawn as a bar strip with the cap marked.
+ * Spend per block of a blocked dataset: a range chosen by the user (by default the 30 blocks
+ * around the most-spent one), drawn as a bar strip with the cap marked.
  */
 function blocksPanel(dataset) {
   const period = dataset.blocks.period;
@@ -163,8 +163,8 @@ function blocksPanel(dataset) {
   const reload = async (budget) => {
     const most = budget?.blocks?.most_spent?.key;
     if (from.value.trim() === '' && most) {
-      to.value = shiftBlock(period, most, 5) ?? most;
-      from.value = shiftBlock(period, most, -24) ?? most;
+      to.value = shiftBlock(period, most, 15) ?? most;
+      from.value = shiftBlock(period, most, -14) ?? most;
     }
     await show();
   };
