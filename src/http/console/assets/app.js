@@ -192,7 +192,19 @@ function ledgerTotal(dataset) {
  * allocation when the admin set one. `own` (the dataset page) also says when an analyst has none.
  */
 function budgetSummary(dataset, budget, { own = false } = {}) {
-  const rows = [
+  // Split into blocks: each block has the cap, the fullest one binds first; the dataset's own
+  // ledger only sums what every release cost.
+  const blocks = budget.blocks;
+  const rows = blocks ? [
+    h('div', { class: 'budget-line' },
+      budgetBar(blocks.most_spent?.spent ?? 0, blocks.total, `The fullest ${blocks.period} at order λ = ${num(budget.order)}`),
+      h('p', { class: 'budget-text' },
+        h('strong', {}, `${num(blocks.total)} per ${blocks.period}`),
+        blocks.most_spent
+          ? ` · the fullest, ${blocks.most_spent.key}, has ${num(blocks.most_spent.remaining)} left`
+          : ' · nothing charged yet',
+        h('span', { class: 'muted' }, ` (${num(budget.spent)} charged in all, over every ${blocks.period})`))),
+  ] : [
     h('div', { class: 'budget-line' },
       budgetBar(budget.spent, budget.total, `Rényi-DP budget at order λ = ${num(budget.order)}`),
       h('p', { class: 'budget-text' },
