@@ -23,6 +23,7 @@ fn dataset() -> Dataset {
         releases: 0,
         cells: None,
         population: None,
+        blocks: None,
     }
 }
 

@@ -57,6 +57,8 @@ pub struct Settings {
     pub oidc_datasets_claim: String,
     /// The least time between two fetches of the provider's key set caused by an unknown `kid`.
     pub oidc_key_refresh_min_ms: u64,
+    /// Most blocks one release may read (src/ledger/blocks.rs).
+    pub max_block_range: u32,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -149,6 +151,7 @@ impl Settings {
             "oidc_role_claim",
             "oidc_datasets_claim",
             "oidc_key_refresh_min_ms",
+            "max_block_range",
         ];
         const NUMERIC_KEYS: &[&str] = &[
             "max_dimension",
@@ -171,6 +174,7 @@ impl Settings {
             "planner_threads",
             "admin_tokens_poll_ms",
             "oidc_key_refresh_min_ms",
+            "max_block_range",
         ];
         if let Some(url) = env("DATABASE_URL") {
             table.insert("database_url".into(), toml::Value::String(url));
@@ -214,6 +218,9 @@ impl Settings {
         }
         if self.max_page_size == 0 {
             return Err(invalid("max_page_size must be at least 1"));
+        }
+        if self.max_block_range == 0 {
+            return Err(invalid("max_block_range must be at least 1"));
         }
         if self.max_exponential_n == 0 {
             return Err(invalid("max_exponential_n must be at least 1"));

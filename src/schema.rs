@@ -82,6 +82,46 @@ pub fn name() -> ObjectBuilder {
     )))
 }
 
+/// A block key (src/ledger/blocks.rs), of any period: the dataset's period decides which form
+/// it must have.
+pub fn block_key() -> ObjectBuilder {
+    string()
+        .pattern(Some(
+            "^[0-9]{4}-(W[0-9]{2}|[0-9]{2}(-[0-9]{2}(T[0-9]{2})?)?)$".to_string(),
+        ))
+        .description(Some(
+            "A block of a dataset split over time (UTC), in the form of the dataset's period: \
+             `2026-12-05T13` (hour), `2026-12-05` (day), `2026-W49` (ISO 8601 week), `2026-12` \
+             (month). A key of another form or an impossible date (2026-02-30, a week 53 in a \
+             year without one) is 422 naming the field.",
+        ))
+}
+
+/// `{from, to}`: the blocks a release reads.
+pub fn block_span() -> ObjectBuilder {
+    closed()
+        .description(Some(
+            "The blocks a release reads on a dataset split into blocks, `from` to `to` \
+             inclusive (at most `max_block_range`, 400 by default): the release is charged its \
+             full cost on every one of them. On such a dataset a release, preview or charge \
+             names `blocks` or `block` (exactly one; 422 without); on another, either is 422.",
+        ))
+        .property("from", component("BlockKey"))
+        .property("to", component("BlockKey"))
+        .required("from")
+        .required("to")
+}
+
+/// A dataset's block period.
+pub fn block_period() -> ObjectBuilder {
+    string()
+        .enum_values(Some(["hour", "day", "week", "month"]))
+        .description(Some(
+            "The UTC period a record's block is chosen by, from the time of the event it \
+             records (never the time it was sent or stored).",
+        ))
+}
+
 /// A string of the given format (`uuid`, `date-time`, `uri-reference`...).
 pub fn formatted(format: &str) -> ObjectBuilder {
     string().format(Some(SchemaFormat::Custom(format.to_string())))

@@ -47,6 +47,7 @@ fn dataset(selector: u8) -> Dataset {
         releases: 0,
         cells: None,
         population: None,
+        blocks: None,
     }
 }
 

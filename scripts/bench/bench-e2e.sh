@@ -19,8 +19,9 @@
 # the same database: servers start in the order listed, each applying the migrations it knows,
 # and a build refuses a database with migrations newer than its own, so list the older first;
 # the setup goes through the last) and SET=population its datasets: 65 twins of the standalone ones, each in a shared
-# population under a shared root population (the cost of the population path); default one
-# variant, "service",
+# population under a shared root population (the cost of the population path), SET=blocks1 or
+# SET=blocks7 into 65 twins split into blocks by day, each release reading one block or seven
+# (the cost of the blocks); default one variant, "service",
 # REPS (1): repeat every workload, ceilings included, so that each variant's ratio to the
 # other and to the ceilings is taken pair by pair within a repetition.
 # Output: a table on stdout, one JSON object per figure in $OUT/results.jsonl and markdown
@@ -74,7 +75,7 @@ for variant in "${variants[@]}"; do
     [[ ${extra[$i]} == SET=* ]] && { set=${extra[$i]#SET=}; unset 'extra[i]'; continue; }
     [[ ${extra[$i]} == BIN=* ]] && { bin=${extra[$i]#BIN=}; unset 'extra[i]'; }
   done
-  case $set in standalone | population) ;; *) echo "bench-e2e: unknown SET $set" >&2; exit 1 ;; esac
+  case $set in standalone | population | blocks1 | blocks7) ;; *) echo "bench-e2e: unknown SET $set" >&2; exit 1 ;; esac
   extra=("${extra[@]}")
   tokens+=("$token")
   sets+=("$set")
@@ -128,6 +129,17 @@ if [[ " ${sets[*]} " == *" population "* ]]; then
   # pgbench's datasets below.
   psql "$db_url" -qc "UPDATE populations SET total_units = 9007199254740992 WHERE id IN ('$root', '$child')"
 fi
+# A variant with SET=blocks1 or SET=blocks7 releases into twins of the 65 datasets split into
+# blocks by day, each block capped at ε = 8000 (no run can exhaust one).
+declare -A btwin=()
+if [[ " ${sets[*]} " == *" blocks"* ]]; then
+  for i in $(seq 1 65); do
+    btwin[${ids[$((i - 1))]}]=$(curl -sSf -X POST "$base/v1/datasets" -H "Authorization: Bearer $admin" \
+      -H 'Content-Type: application/json' \
+      -d "{\"name\": \"bench blocks $i\", \"budget\": {\"order\": 2, \"epsilon\": 8000}, \"blocks\": {\"period\": \"day\"}}" | jq -r .id)
+    all_ids+=("${btwin[${ids[$((i - 1))]}]}")
+  done
+fi
 # The bearer of each kind of token: an analyst token scoped to every dataset, one more with an
 # allocation on each (ε = 4000 of the dataset's 8000: never exhausted, checked on every release).
 scope=$(printf '"%s",' "${all_ids[@]}")
@@ -150,14 +162,17 @@ done
 bearer=${bearers[${tokens[0]}]}
 counts=$(python3 -c "print(','.join(str((i * 7919) % 97) for i in range($DIM)))")
 body="{\"counts\": [$counts], \"epsilon\": 0.01}"
+# What a release of each set adds to the body: the blocks it reads.
+declare -A set_blocks=([standalone]='' [population]='' [blocks1]=', "block": "2026-12-05"'
+                       [blocks7]=', "blocks": {"from": "2026-12-01", "to": "2026-12-07"}')
 # One release by hand: it must succeed, and its stored mechanism record sizes the pgbench row.
 mechanism=$(curl -sSf -X POST "$base/v1/datasets/$hot/releases" -H "Authorization: Bearer $bearer" \
   -H 'Content-Type: application/json' -d "$body" | jq -c .mechanism)
 
 # wrk script: $1 = dataset ids (space separated), $2 = per-request delay in ms (0 = none),
 # $3 = 1 to send a fresh Idempotency-Key with every request.
-wrk_lua() { # ids delay keyed bearer
-  local list bearer=$4
+wrk_lua() { # ids delay keyed bearer [body]
+  local list bearer=$4 body=${5:-$body}
   list=$(printf '"%s",' $1)
   cat <<LUA
 local ids = {${list%,}}
@@ -202,7 +217,11 @@ run_wrk() { # name ids delay conns keyed variant-index
   if [ "${sets[$6]}" = population ]; then
     ids=$(for id in $2; do printf '%s ' "${twin[$id]}"; done)
   fi
-  wrk_lua "$ids" "$3" "$5" "${bearers[${tokens[$6]}]}" >"$work/$name.lua"
+  if [[ ${sets[$6]} == blocks* ]]; then
+    ids=$(for id in $2; do printf '%s ' "${btwin[$id]}"; done)
+  fi
+  wrk_lua "$ids" "$3" "$5" "${bearers[${tokens[$6]}]}" \
+    "{\"counts\": [$counts], \"epsilon\": 0.01${set_blocks[${sets[$6]}]}}" >"$work/$name.lua"
   local out
   out=$(wrk -t2 -c"$4" -d"${DURATION}s" --timeout 10s -s "$work/$name.lua" "$url" | sed -n 's/^RESULT //p')
   emit "$name" service "$4" "$out"

@@ -19,16 +19,17 @@ use uuid::Uuid;
 
 use super::auth::Caller;
 use super::error::{problems, ApiError};
-use super::extract::{parse_json, Admin, ApiJson, ApiPath};
+use super::extract::{parse_json, Admin, ApiJson, ApiPath, ApiQuery};
 use super::paths::{self, DatasetId};
 use super::views::{
-    path_views, AllocationView, BudgetView, DatasetListView, DatasetView, SortedJson,
+    path_views, AllocationView, BlockBudgetView, BlockListView, BlockView, BudgetView,
+    DatasetListView, DatasetView, SortedJson,
 };
 use super::AppState;
 use crate::ledger::charge::{MAX_EPSILON, QUANTUM_BITS};
 use crate::ledger::population::PathEntry;
 use crate::ledger::{
-    Dataset, DatasetName, DpTarget, Names, NewDataset, Population, Units, UnitsError,
+    Dataset, DatasetName, DpTarget, Names, NewDataset, Period, Population, Units, UnitsError,
 };
 use crate::privacy::convert::{default_order, dp_to_rdp_budget};
 use crate::privacy::{Delta, Epsilon, Order, ParamError, Sensitivity};
@@ -39,6 +40,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(create, list))
         .routes(routes!(show))
         .routes(routes!(budget))
+        .routes(routes!(blocks))
 }
 
 #[derive(Deserialize)]
@@ -56,6 +58,16 @@ pub struct CreateDataset {
     /// The population the dataset joins (src/ledger/population.rs).
     #[serde(default, deserialize_with = "crate::wire::non_null")]
     population: Option<Uuid>,
+    /// Split into blocks over time (src/ledger/blocks.rs): `budget` is then each block's cap.
+    #[serde(default, deserialize_with = "crate::wire::non_null")]
+    blocks: Option<BlocksRequest>,
+}
+
+/// `{"period": "hour" | "day" | "week" | "month"}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlocksRequest {
+    period: String,
 }
 
 /// `{order, epsilon}` (an RDP budget) or `{epsilon, delta, order?}` (an (ε, δ) target).
@@ -134,6 +146,20 @@ impl PartialSchema for CreateDataset {
                     schema::formatted("uuid").description(Some(
                         "The population the dataset joins (it must have the dataset's order).",
                     )),
+                )
+                .property(
+                    "blocks",
+                    schema::closed()
+                        .description(Some(
+                            "Split the dataset into blocks over time: each record belongs, \
+                             forever, to the block of the UTC period of the event it records, \
+                             and `budget` is then the cap of EACH block. Every release, preview \
+                             and charge then names the blocks it reads (`blocks: {from, to}` or \
+                             `block`) and is charged its full cost on every one of them, all or \
+                             nothing (docs/PRIVACY.md, \"Budgets over time\").",
+                        ))
+                        .property("period", schema::block_period())
+                        .required("period"),
                 )
                 .required("name")
                 .required("budget"),
@@ -291,6 +317,17 @@ fn parse(req: CreateDataset, created_by: String, max_cells: usize) -> Result<New
         created_by,
         cells: parse_cells(req.cells, max_cells)?,
         population: req.population,
+        blocks: req
+            .blocks
+            .map(|b| {
+                Period::parse(&b.period).ok_or_else(|| {
+                    ApiError::invalid_field(
+                        "blocks.period",
+                        "blocks.period must be hour, day, week or month",
+                    )
+                })
+            })
+            .transpose()?,
     })
 }
 
@@ -508,6 +545,18 @@ async fn budget(
     let (path, binding) = path_views(&dataset_path(&state, &dataset).await?);
     view.path = Some(path);
     view.binding = binding;
+    if let Some(blocking) = dataset.blocks {
+        let most_spent = state
+            .store
+            .most_spent_block(id, blocking.period)
+            .await?
+            .map(|b| BlockView::new(&b, blocking.cap));
+        view.blocks = Some(BlockBudgetView {
+            period: blocking.period.as_str(),
+            total: blocking.cap.to_f64(),
+            most_spent,
+        });
+    }
     Ok(Json(view))
 }
 
@@ -541,4 +590,83 @@ pub async fn dataset_path(state: &AppState, d: &Dataset) -> Result<Vec<PathEntry
         );
     }
     Ok(path)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlocksQuery {
+    from: String,
+    to: String,
+}
+
+impl utoipa::IntoParams for BlocksQuery {
+    fn into_params(
+        _: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+        ["from", "to"]
+            .into_iter()
+            .map(|name| {
+                ParameterBuilder::new()
+                    .name(name)
+                    .parameter_in(ParameterIn::Query)
+                    .required(utoipa::openapi::Required::True)
+                    .description(Some(if name == "from" {
+                        "The first block (in the dataset's period's form)."
+                    } else {
+                        "The last block, included (at most `max_block_range` blocks in all)."
+                    }))
+                    .schema(Some(schema::component("BlockKey")))
+                    .build()
+            })
+            .collect()
+    }
+}
+
+/// The ledger of every block of a range of a dataset split into blocks, in order: a block never
+/// charged has spent 0. A dataset without blocks, a key of another form or an impossible date,
+/// and a range of more than `max_block_range` blocks are 422.
+#[utoipa::path(
+    get,
+    path = "/v1/datasets/{id}/blocks",
+    operation_id = "listBlocks",
+    tag = "datasets",
+    params(DatasetId, BlocksQuery),
+    responses(
+        (status = 200, description = "Every block of the range, in order.", body = BlockListView),
+        (status = 401, response = problems::Unauthorized),
+        (status = 404, response = problems::NotFound),
+        (status = 422, response = problems::InvalidRequest),
+        (status = 431, response = problems::HeadersTooLarge),
+        (status = 500, response = problems::Internal),
+        (status = 503, response = problems::ServiceUnavailable),
+    )
+)]
+async fn blocks(
+    State(state): State<AppState>,
+    caller: Caller,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(query): ApiQuery<BlocksQuery>,
+) -> Result<SortedJson<BlockListView>, ApiError> {
+    let dataset = state.dataset_for(&caller, id).await?;
+    let Some(blocking) = dataset.blocks else {
+        return Err(ApiError::invalid("the dataset is not split into blocks"));
+    };
+    let range = crate::ledger::BlockRange::from_request(
+        Some(blocking.period),
+        Some((&query.from, &query.to)),
+        None,
+        state.settings.max_block_range,
+    )
+    .map_err(|(field, e)| {
+        let field = match field {
+            "blocks.from" => "from",
+            "blocks.to" => "to",
+            _ => "to",
+        };
+        ApiError::invalid_field(field, e.to_string())
+    })?
+    .ok_or_else(|| ApiError::Internal("a blocked dataset's range parsed to none".into()))?;
+    let stored = state.store.block_spends(id, range).await?;
+    Ok(SortedJson(BlockListView::new(range, &stored, blocking.cap)))
 }

@@ -43,6 +43,13 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("{detail}")]
     BudgetExhausted { detail: String, budget: Value },
+    /// A block of the release's range had no room: `budget-exhausted` naming the block.
+    #[error("{detail}")]
+    BlockExhausted {
+        detail: String,
+        block: String,
+        budget: Value,
+    },
     #[error("{detail}")]
     AllocationExhausted {
         detail: String,
@@ -113,7 +120,7 @@ impl ApiError {
             Forbidden => ProblemType::Forbidden,
             NotFound(_) => ProblemType::NotFound,
             MethodNotAllowed => ProblemType::MethodNotAllowed,
-            BudgetExhausted { .. } => ProblemType::BudgetExhausted,
+            BudgetExhausted { .. } | BlockExhausted { .. } => ProblemType::BudgetExhausted,
             AllocationExhausted { .. } => ProblemType::AllocationExhausted,
             PopulationExhausted { .. } => ProblemType::PopulationBudgetExhausted,
             OutputQuotaExceeded { .. } => ProblemType::OutputQuotaExceeded,
@@ -200,7 +207,7 @@ problem_types! {
     MethodNotAllowed: METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed",
         "The path exists but not with this method.";
     BudgetExhausted: CONFLICT, "budget-exhausted", "Privacy budget exhausted",
-        "The release would take the ledger past its budget (`budget` is the ledger that refused it); nothing was charged or drawn.";
+        "The release would take the ledger past its budget (`budget` is the ledger that refused it; on a dataset split into blocks, `block` is the first block of the range without room and `budget` that block's ledger); nothing was charged or drawn anywhere.";
     AllocationExhausted: CONFLICT, "allocation-exhausted", "Allocation exhausted",
         "The release fits the dataset's budget but not the calling analyst's allocation on the dataset (`allocation`, with the dataset's ledger in `budget`); nothing was charged or drawn.";
     PopulationBudgetExhausted: CONFLICT, "population-budget-exhausted", "Population budget exhausted",
@@ -255,6 +262,11 @@ pub fn problem_response(error: &ApiError) -> Response {
             error.to_string()
         }
         ApiError::BudgetExhausted { budget, .. } => {
+            extensions.insert("budget".into(), budget.clone());
+            error.to_string()
+        }
+        ApiError::BlockExhausted { block, budget, .. } => {
+            extensions.insert("block".into(), json!(block));
             extensions.insert("budget".into(), budget.clone());
             error.to_string()
         }
@@ -407,6 +419,14 @@ impl ProblemType {
                     .property(
                         "budget",
                         schema::described("Budget", "The ledger that refused the release."),
+                    )
+                    .property(
+                        "block",
+                        schema::described(
+                            "BlockKey",
+                            "On a dataset split into blocks: the first block of the range that \
+                             had no room for the cost.",
+                        ),
                     )
                     .required("budget");
             }

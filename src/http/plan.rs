@@ -18,7 +18,7 @@ use super::extract::{ApiJson, ApiPath};
 use super::paths::DatasetId;
 use super::views::SortedJson;
 use super::AppState;
-use crate::ledger::Names;
+use crate::ledger::{Names, Units};
 use crate::release::request::Context;
 use crate::release::workload::{plan_workload_until, Cancel, PlanAnswer, PlanRequest};
 
@@ -62,6 +62,16 @@ async fn plan(
 ) -> Result<SortedJson<PlanAnswer>, ApiError> {
     let dataset = state.dataset_for(&caller, id).await?;
     let mut remaining = dataset.budget().remaining();
+    // A dataset split into blocks: the plan's items name no blocks, so what is left is judged
+    // on the fullest block, where a plan that fits fits every block (a sufficient condition).
+    if let Some(blocking) = dataset.blocks {
+        let fullest = state
+            .store
+            .most_spent_block(id, blocking.period)
+            .await?
+            .map_or(Units::ZERO, |b| b.spent);
+        remaining = remaining.min(blocking.cap.saturating_sub(fullest));
+    }
     if let Caller::Analyst { token_id, .. } = &caller {
         if let Some(allocation) = state
             .store

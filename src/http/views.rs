@@ -17,7 +17,10 @@ use uuid::Uuid;
 
 use super::error::ApiError;
 use crate::ledger::population::{self, PathEntry};
-use crate::ledger::{Allocation, BudgetState, Dataset, Names, Output, Release, ReleaseSummary};
+use crate::ledger::{
+    Allocation, BlockRange, BlockSpend, Blocking, BudgetState, Dataset, Names, Output, Release,
+    ReleaseSummary, Units,
+};
 use crate::release::Record as Mechanism;
 use crate::schema::{self, SchemaRef};
 
@@ -77,6 +80,105 @@ pub struct BudgetView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub binding: Option<Uuid>,
+    /// A dataset split into blocks: its period, the cap of each block and its most-spent block
+    /// (the budget endpoint only). The dataset's own `total` is then the ledger's maximum and
+    /// `spent` what all its releases cost (what populations above it are charged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub blocks: Option<BlockBudgetView>,
+}
+
+/// A blocked dataset's blocks, in its budget view.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = BlockBudget)]
+#[serde(deny_unknown_fields)]
+pub struct BlockBudgetView {
+    #[schema(schema_with = block_period)]
+    pub period: &'static str,
+    /// The cap of each block, RDP at the dataset's order.
+    #[schema(minimum = 0, maximum = 8192)]
+    pub total: f64,
+    /// The block that has spent the most (the earliest of equals); null before any charge.
+    pub most_spent: Option<BlockView>,
+}
+
+fn block_period() -> SchemaRef {
+    schema::block_period().into()
+}
+
+fn block_key() -> SchemaRef {
+    schema::component("BlockKey")
+}
+
+/// One block's ledger.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[schema(as = Block)]
+#[serde(deny_unknown_fields)]
+pub struct BlockView {
+    #[schema(schema_with = block_key)]
+    pub key: String,
+    /// The block's cap (every block of a dataset has the same).
+    #[schema(minimum = 0, maximum = 8192)]
+    pub total: f64,
+    /// What the releases that read the block were charged in all.
+    #[schema(minimum = 0, maximum = 8192)]
+    pub spent: f64,
+    #[schema(minimum = 0, maximum = 8192)]
+    pub remaining: f64,
+}
+
+impl BlockView {
+    pub fn new(block: &BlockSpend, cap: Units) -> Self {
+        BlockView {
+            key: block.key.to_string(),
+            total: cap.to_f64(),
+            spent: block.spent.to_f64(),
+            remaining: cap.saturating_sub(block.spent).to_f64(),
+        }
+    }
+}
+
+/// The blocks of a range, in order, every one of them (a block never charged has spent 0).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = BlockList)]
+#[serde(deny_unknown_fields)]
+pub struct BlockListView {
+    pub items: Vec<BlockView>,
+}
+
+impl BlockListView {
+    /// Every block of `range`, from the stored spends of those that were charged.
+    pub fn new(range: BlockRange, stored: &[BlockSpend], cap: Units) -> Self {
+        let mut stored = stored.iter().peekable();
+        let items = range
+            .keys()
+            .map(|key| {
+                let spent = match stored.peek() {
+                    Some(b) if b.key == key => stored.next().map_or(Units::ZERO, |b| b.spent),
+                    _ => Units::ZERO,
+                };
+                BlockView::new(&BlockSpend { key, spent }, cap)
+            })
+            .collect();
+        BlockListView { items }
+    }
+}
+
+/// A dataset's split into blocks, as registered.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Blocks)]
+#[serde(deny_unknown_fields)]
+pub struct BlocksSpecView {
+    #[schema(schema_with = block_period)]
+    pub period: &'static str,
+}
+
+impl From<&Blocking> for BlocksSpecView {
+    fn from(b: &Blocking) -> Self {
+        BlocksSpecView {
+            period: b.period.as_str(),
+        }
+    }
 }
 
 impl From<&BudgetState> for BudgetView {
@@ -98,6 +200,7 @@ impl From<&BudgetState> for BudgetView {
             allocation: None,
             path: None,
             binding: None,
+            blocks: None,
         }
     }
 }
@@ -254,6 +357,11 @@ pub struct DatasetView {
     pub cells: Option<Vec<String>>,
     /// The population the dataset is in (null: none).
     pub population: Option<Uuid>,
+    /// How the dataset is split into blocks over time, when it is: `budget` is then the cap of
+    /// each block.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub blocks: Option<BlocksSpecView>,
 }
 
 fn neighbouring() -> SchemaRef {
@@ -287,7 +395,8 @@ impl BudgetSpecView {
 
 impl From<&Dataset> for DatasetView {
     fn from(d: &Dataset) -> Self {
-        let budget = BudgetSpecView::new(d.order, d.total, d.dp_target);
+        let total = d.blocks.map_or(d.total, |b| b.cap);
+        let budget = BudgetSpecView::new(d.order, total, d.dp_target);
         DatasetView {
             id: d.id,
             name: d.name.clone(),
@@ -302,6 +411,7 @@ impl From<&Dataset> for DatasetView {
             created_at: d.created_at,
             cells: names(d.cells.as_ref()),
             population: d.population,
+            blocks: d.blocks.as_ref().map(BlocksSpecView::from),
         }
     }
 }
@@ -350,6 +460,25 @@ pub struct ReleaseRecordView {
     /// The mechanism record as stored with the release.
     pub mechanism: Value,
     pub cost: CostView,
+    /// The blocks it read, on a dataset split into blocks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<BlockSpanView>,
+}
+
+/// `{from, to}`, inclusive.
+#[derive(Debug, Serialize)]
+pub struct BlockSpanView {
+    pub from: String,
+    pub to: String,
+}
+
+impl From<BlockRange> for BlockSpanView {
+    fn from(r: BlockRange) -> Self {
+        BlockSpanView {
+            from: r.first().to_string(),
+            to: r.last().to_string(),
+        }
+    }
 }
 
 impl PartialSchema for ReleaseRecordView {
@@ -416,7 +545,11 @@ impl PartialSchema for ReleaseRecordView {
                         .into(),
                 ]),
             )
-            .property("cost", schema::component(&CostView::name()));
+            .property("cost", schema::component(&CostView::name()))
+            .property(
+                "blocks",
+                schema::described("BlockSpan", "The blocks it read (a blocked dataset only)."),
+            );
         let required = [
             "kind",
             "id",
@@ -458,6 +591,8 @@ impl ToSchema for ReleaseRecordView {
         schemas.push((Mechanism::name().into(), Mechanism::schema()));
         Mechanism::schemas(schemas);
         schemas.push((CostView::name().into(), CostView::schema()));
+        schemas.push(("BlockSpan".into(), schema::block_span().into()));
+        schemas.push(("BlockKey".into(), schema::block_key().into()));
     }
 }
 
@@ -492,6 +627,7 @@ impl ReleaseRecordView {
                 order,
                 epsilon: r.cost.to_f64(),
             },
+            blocks: r.blocks.map(BlockSpanView::from),
         }
     }
 }

@@ -31,6 +31,9 @@ impl Units {
     pub const ZERO: Units = Units(0);
     /// One grid unit, 2⁻⁴⁰: the least any release is charged.
     pub const QUANTUM: Units = Units(1);
+    /// The ledger's maximum, 8192: the lifetime total of a blocked dataset, whose caps are its
+    /// blocks' (src/ledger/blocks.rs).
+    pub const MAX: Units = Units(MAX_UNITS);
 
     /// The smallest grid value ≥ `value` (a charge).
     pub fn ceil(value: f64) -> Result<Units, UnitsError> {

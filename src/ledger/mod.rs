@@ -7,6 +7,7 @@
 //! admission.
 
 pub mod audit;
+pub mod blocks;
 pub mod charge;
 pub mod names;
 pub mod population;
@@ -16,6 +17,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
+pub use blocks::{BlockError, BlockKey, BlockRange, Period};
 pub use charge::{charge_for, Units, UnitsError};
 pub use names::{
     DatasetName, Label, NameError, Names, NamesError, MAX_LABEL_CHARS, MAX_NAME_CHARS,
@@ -54,6 +56,25 @@ pub struct Dataset {
     pub cells: Option<Names>,
     /// The population the dataset is in, if any (src/ledger/population.rs).
     pub population: Option<Uuid>,
+    /// How the dataset is split into blocks over time, if it is (src/ledger/blocks.rs). Its own
+    /// ledger then has no cap of its own (`total` is the ledger's maximum): `spent` sums every
+    /// release's cost, which is what the populations above it and the release log see, and
+    /// each block is held to `Blocking::cap`.
+    pub blocks: Option<Blocking>,
+}
+
+/// A blocked dataset's period and the cap of each of its blocks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Blocking {
+    pub period: Period,
+    pub cap: Units,
+}
+
+/// One block's ledger: what the releases that read it were charged in all.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BlockSpend {
+    pub key: BlockKey,
+    pub spent: Units,
 }
 
 impl Dataset {
@@ -130,6 +151,23 @@ pub struct NewDataset {
     /// The population it joins (the caller checked that it exists and has the dataset's order;
     /// a new dataset has spent nothing, so joining charges nothing).
     pub population: Option<Uuid>,
+    /// Split into blocks of this period: `total` is then the cap of each block.
+    pub blocks: Option<Period>,
+}
+
+impl NewDataset {
+    /// The stored `total_units`, `block_period` and `block_total_units`: a blocked dataset's
+    /// own ledger has the ledger's maximum as its total, and `total` caps each block.
+    pub fn stored_totals(&self) -> (i64, Option<&'static str>, Option<i64>) {
+        match self.blocks {
+            None => (self.total.raw(), None, None),
+            Some(period) => (
+                Units::MAX.raw(),
+                Some(period.as_str()),
+                Some(self.total.raw()),
+            ),
+        }
+    }
 }
 
 /// The retry identity of a release request: the client's `Idempotency-Key` and a keyed hash
@@ -231,6 +269,9 @@ pub struct NewRelease {
     /// population for the same group. Admission never rests on it: the stores read the
     /// dataset's population under its lock.
     pub population: Option<Uuid>,
+    /// The blocks it reads, on a blocked dataset (required there, refused elsewhere): charged
+    /// `cost` on every one of them.
+    pub blocks: Option<BlockRange>,
 }
 
 /// A stored release.
@@ -251,6 +292,8 @@ pub struct Release {
     pub idempotency_key: Option<String>,
     /// The dataset's `spent` right after this release was charged (its own cost included).
     pub spent_after: Units,
+    /// The blocks it read and was charged on, on a blocked dataset.
+    pub blocks: Option<BlockRange>,
 }
 
 /// A stored release without its output and mechanism record (either can hold a value per cell):
@@ -346,6 +389,16 @@ pub enum CommitOutcome {
         refusal: NodeRefusal,
         budget: BudgetState,
     },
+    /// A block of the release's range has no room for its cost (`block`: the first such
+    /// block, with its ledger as it refused); nothing was written anywhere.
+    BlockExhausted {
+        block: BlockSpend,
+        cap: Units,
+        budget: BudgetState,
+    },
+    /// The release names blocks on a dataset that has none, names none on a blocked dataset,
+    /// or names blocks of another period; nothing was written.
+    BlocksMismatch,
     /// No such dataset; nothing was written.
     DatasetNotFound,
     /// The dataset's stored outputs would pass the per-dataset quota of `quota` cells; nothing
@@ -407,7 +460,11 @@ pub trait LedgerStore: Send + Sync + 'static {
     /// `Exhausted`; else if the release's `created_by` token has an allocation on the dataset
     /// that the cost would overrun → `AllocationExhausted`; else store the release, add its cost
     /// to `spent` (and to the token's spend on the dataset), increment `releases`, commit →
-    /// `Committed`. Any error but `OutcomeUnknown` leaves nothing written.
+    /// `Committed`. On a dataset split into blocks the release must name a range of its period
+    /// (else `BlocksMismatch`, as for a range on a dataset without blocks), every block of which
+    /// must have room for the cost (else `BlockExhausted` naming the first that has none), and
+    /// each is charged the cost in the same transaction. Any error but `OutcomeUnknown` leaves
+    /// nothing written.
     async fn commit_release(&self, new: &NewRelease) -> Result<CommitOutcome, StoreError>;
 
     /// Set the allocation of analyst token `token_id` on a dataset in its scope (`None`
@@ -517,6 +574,21 @@ pub trait LedgerStore: Send + Sync + 'static {
         })
     }
     async fn get_secret(&self, name: &str) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// The blocks of `range` that were ever charged, in order, with their spend (a block not
+    /// listed has spent nothing). Not a locked read: for views and previews.
+    async fn block_spends(
+        &self,
+        dataset_id: Uuid,
+        range: BlockRange,
+    ) -> Result<Vec<BlockSpend>, StoreError>;
+
+    /// The dataset's most-spent block (the earliest of equals), if any was charged.
+    async fn most_spent_block(
+        &self,
+        dataset_id: Uuid,
+        period: Period,
+    ) -> Result<Option<BlockSpend>, StoreError>;
 
     /// Ledger figures of every dataset (for metrics).
     async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError>;

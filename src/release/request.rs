@@ -59,13 +59,25 @@ pub struct RequestBody {
     row_names: Option<Vec<String>>,
     /// The mechanism's own fields, in the order they arrived.
     params: Params,
+    /// On a blocked dataset, the blocks the release reads (src/ledger/blocks.rs): a range, or
+    /// one block.
+    blocks: Option<BlockSpan>,
+    block: Option<String>,
+}
+
+/// `blocks: {from, to}` as sent (keys parsed against the dataset's period by the caller).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlockSpan {
+    pub from: String,
+    pub to: String,
 }
 
 /// The canonical form's layout, frozen: the fields that existed when the first fingerprints were
 /// stored, in their order, and whether an absent one is written `null` (the fields of that first
 /// version) or left out (every field added since, so that older requests keep their bytes).
 /// Mechanism fields not listed here follow, sorted by name, left out when absent.
-const CANONICAL: [(&str, bool); 14] = [
+const CANONICAL: [(&str, bool); 16] = [
     ("counts", false),
     ("table", false),
     ("epsilon", true),
@@ -80,10 +92,12 @@ const CANONICAL: [(&str, bool); 14] = [
     ("lower_bound", false),
     ("prior_shape", false),
     ("row_names", false),
+    ("blocks", false),
+    ("block", false),
 ];
 
 /// The common fields of a release request body.
-const COMMON: [&str; 7] = [
+const COMMON: [&str; 9] = [
     "counts",
     "table",
     "epsilon",
@@ -91,6 +105,8 @@ const COMMON: [&str; 7] = [
     "mechanism",
     "label",
     "row_names",
+    "blocks",
+    "block",
 ];
 
 impl RequestBody {
@@ -112,6 +128,16 @@ impl RequestBody {
     pub fn mechanism(&self) -> Kind {
         self.mechanism
     }
+
+    /// The blocks it names, as sent: `blocks` (`from`, `to`) and `block`.
+    pub fn blocks(&self) -> (Option<(&str, &str)>, Option<&str>) {
+        (
+            self.blocks
+                .as_ref()
+                .map(|b| (b.from.as_str(), b.to.as_str())),
+            self.block.as_deref(),
+        )
+    }
 }
 
 impl Serialize for RequestBody {
@@ -126,6 +152,8 @@ impl Serialize for RequestBody {
                 "mechanism" => map.serialize_entry(name, &self.mechanism)?,
                 "label" => write(&mut map, name, self.label.as_ref(), nullable)?,
                 "row_names" => write(&mut map, name, self.row_names.as_ref(), nullable)?,
+                "blocks" => write(&mut map, name, self.blocks.as_ref(), nullable)?,
+                "block" => write(&mut map, name, self.block.as_ref(), nullable)?,
                 param => write(&mut map, param, self.params.get(param), nullable)?,
             }
         }
@@ -234,6 +262,8 @@ impl<'de> Deserialize<'de> for RequestBody {
                         "mechanism" => once(&mut map, &mut mechanism, "mechanism")?,
                         "label" => once(&mut map, &mut b.label, "label")?,
                         "row_names" => once(&mut map, &mut b.row_names, "row_names")?,
+                        "blocks" => once(&mut map, &mut b.blocks, "blocks")?,
+                        "block" => once(&mut map, &mut b.block, "block")?,
                         other => {
                             if !next_param(&mut map, other, &mut params)? {
                                 static EXPECTED: OnceLock<&'static [&'static str]> =

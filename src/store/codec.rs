@@ -10,6 +10,7 @@ use crate::ledger::{
     Allocation, AllocationChange, BudgetState, Children, Dataset, DpTarget, Label, LedgerSummary,
     Names, NewRelease, Output, Population, Release, ReleaseSummary, StoreError, Table, Units,
 };
+use crate::ledger::{BlockKey, BlockRange, Blocking, Period};
 use crate::privacy::{Order, Sensitivity};
 
 const F64_BYTES: usize = std::mem::size_of::<f64>();
@@ -39,7 +40,7 @@ pub fn decode_distribution(bytes: &[u8]) -> Option<Vec<f64>> {
 /// The columns of a dataset, in the order both backends select them.
 pub(crate) const DATASET_COLUMNS: &str = "id, name, budget_order, total_units, spent_units, \
      release_count, dp_epsilon, dp_delta, l2_squared, linf, neighbouring, created_at, created_by, \
-     cells, population_id";
+     cells, population_id, block_period, block_total_units";
 
 /// A population row's columns, in the order [`PopulationColumns`] reads them.
 pub(crate) const POPULATION_COLUMNS: &str = "id, name, budget_order, total_units, spent_units, \
@@ -138,6 +139,8 @@ pub(crate) struct DatasetColumns<Id = Uuid> {
     pub created_by: String,
     pub cells: Option<String>,
     pub population_id: Option<Id>,
+    pub block_period: Option<String>,
+    pub block_total_units: Option<i64>,
 }
 
 impl<Id: Into<Uuid>> TryFrom<DatasetColumns<Id>> for Dataset {
@@ -160,7 +163,53 @@ impl<Id: Into<Uuid>> TryFrom<DatasetColumns<Id>> for Dataset {
             releases: budget.releases,
             cells: names(c.cells, "datasets.cells")?,
             population: c.population_id.map(Into::into),
+            blocks: blocking(c.block_period, c.block_total_units)?,
         })
+    }
+}
+
+/// A dataset's `block_period` and `block_total_units`, both set or both null.
+pub(crate) fn blocking(
+    period: Option<String>,
+    total: Option<i64>,
+) -> Result<Option<Blocking>, StoreError> {
+    match (period, total) {
+        (None, None) => Ok(None),
+        (Some(period), Some(total)) => Ok(Some(Blocking {
+            period: Period::parse(&period)
+                .ok_or_else(|| corrupt("datasets.block_period is not a known period"))?,
+            cap: units(total, "datasets.block_total_units")?,
+        })),
+        _ => Err(corrupt(
+            "datasets.block_period and block_total_units must be both set or both null",
+        )),
+    }
+}
+
+/// A release's stored `block_from` and `block_to`.
+pub(crate) fn block_range(
+    from: Option<String>,
+    to: Option<String>,
+) -> Result<Option<BlockRange>, StoreError> {
+    let bad = || corrupt("releases.block_from/block_to are not a range of block keys");
+    match (from, to) {
+        (None, None) => Ok(None),
+        (Some(from), Some(to)) => {
+            let first = BlockKey::parse_any(&from).map_err(|_| bad())?;
+            let last = BlockKey::parse_any(&to).map_err(|_| bad())?;
+            BlockRange::new(first, last, u32::MAX)
+                .map(Some)
+                .map_err(|_| bad())
+        }
+        _ => Err(bad()),
+    }
+}
+
+/// The `block_from` and `block_to` columns of a release about to be stored.
+pub(crate) fn block_columns(range: Option<BlockRange>) -> (Option<String>, Option<String>) {
+    match range {
+        Some(r) => (Some(r.first().to_string()), Some(r.last().to_string())),
+        None => (None, None),
     }
 }
 
@@ -252,6 +301,7 @@ pub(crate) fn committed_release(
         row_names: new.row_names.clone(),
         idempotency_key: new.idempotency.as_ref().map(|i| i.key.clone()),
         spent_after,
+        blocks: new.blocks,
     }
 }
 
@@ -323,6 +373,8 @@ pub(crate) struct ReleaseColumns<Id = Uuid> {
     /// release's cost.
     pub spent_after_units: i64,
     pub row_names: Option<String>,
+    pub block_from: Option<String>,
+    pub block_to: Option<String>,
 }
 
 /// The columns of a [`ReleaseSummary`], in the order both backends select them.
@@ -417,6 +469,7 @@ impl<Id: Into<Uuid>> ReleaseColumns<Id> {
             row_names,
             idempotency_key: self.idempotency_key,
             spent_after: units(self.spent_after_units, "spent_after_units")?,
+            blocks: block_range(self.block_from, self.block_to)?,
         };
         Ok((release, fingerprint))
     }
@@ -507,6 +560,8 @@ mod tests {
             table_rows: None,
             label: None,
             spent_after_units: 3 << 40,
+            block_from: None,
+            block_to: None,
             row_names: None,
         };
         let (release, fingerprint) = good().into_keyed_release().unwrap();
@@ -590,6 +645,8 @@ mod tests {
             label: Some("NB feature 7 | by class".into()),
             spent_after_units: 0,
             row_names: Some(r#"["a","b","c"]"#.into()),
+            block_from: None,
+            block_to: None,
         };
         let release = columns.into_release().unwrap();
         let Output::Table(table) = &release.output else {

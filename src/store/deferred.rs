@@ -204,6 +204,22 @@ impl LedgerStore for Deferred {
         self.store()?.get_secret(name).await
     }
 
+    async fn block_spends(
+        &self,
+        dataset_id: Uuid,
+        range: BlockRange,
+    ) -> Result<Vec<BlockSpend>, StoreError> {
+        self.store()?.block_spends(dataset_id, range).await
+    }
+
+    async fn most_spent_block(
+        &self,
+        dataset_id: Uuid,
+        period: Period,
+    ) -> Result<Option<BlockSpend>, StoreError> {
+        self.store()?.most_spent_block(dataset_id, period).await
+    }
+
     async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError> {
         self.store()?.ledger_summaries().await
     }

@@ -92,7 +92,7 @@ const RELEASE_COLUMNS: &str = "id, dataset_id, seq, created_at, created_by, \
      mechanism::text AS mechanism, cost_units, distribution, dimension, idempotency_key, fingerprint, table_rows, label, \
      COALESCE(spent_after_units, (SELECT SUM(r.cost_units)::bigint FROM releases r \
               WHERE r.dataset_id = releases.dataset_id AND r.seq <= releases.seq)) \
-         AS spent_after_units, row_names";
+         AS spent_after_units, row_names, block_from, block_to";
 
 /// Admission, charge and record in one statement. The UPDATE's row lock serialises releases of a
 /// dataset: under READ COMMITTED a waiting UPDATE re-evaluates its WHERE clause against the
@@ -129,7 +129,7 @@ WITH allocation AS MATERIALIZED (
            chain_head = sha256($13 || int8send(release_count + 1) || chain_head
                                || int8send((EXTRACT(EPOCH FROM now()) * 1000000)::bigint) || $14)
      WHERE id = $1 AND spent_units + $2 <= total_units AND stored_cells + $7 <= $12
-       AND population_id IS NULL
+       AND population_id IS NULL AND block_period IS NULL
        AND NOT EXISTS (SELECT 1 FROM allocation
                         WHERE allocation.spent_units + $2 > allocation.allocation_units)
  RETURNING id, budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta,
@@ -227,6 +227,7 @@ impl PgStore {
     /// A release's bound values (see `COMMIT_RELEASE`).
     fn member(&self, new: &NewRelease) -> Result<Member, StoreError> {
         let (distribution, dimension, table_rows) = output_columns(&new.output)?;
+        let (block_from, block_to) = codec::block_columns(new.blocks);
         Ok(Member {
             dataset_id: new.dataset_id,
             queue: new.population.unwrap_or(new.dataset_id),
@@ -243,6 +244,11 @@ impl PgStore {
             row_names: codec::names_json(new.row_names.as_ref()),
             idempotency_key: new.idempotency.as_ref().map(|i| i.key.clone()),
             fingerprint: new.idempotency.as_ref().map(|i| i.fingerprint.to_vec()),
+            block_period: new.blocks.map(|b| b.period().as_str()),
+            block_first: new.blocks.map(|b| b.first().index()),
+            block_last: new.blocks.map(|b| b.last().index()),
+            block_from,
+            block_to,
         })
     }
 
@@ -304,10 +310,11 @@ impl PgStore {
         if !budget.admits(new.cost) {
             return Ok(CommitOutcome::Exhausted { budget });
         }
-        // The one-release statement charges no dataset under a population (it has no step for
-        // the nodes), and a group may hand such a member back refused by its bound: decide it
-        // exactly.
-        if dataset.population.is_some() {
+        // The one-release statement charges no dataset under a population or with blocks (it
+        // has no step for the nodes or the blocks), and a group may hand such a member back
+        // refused: decide it exactly (a release whose blocks do not match its dataset's is
+        // refused there).
+        if dataset.population.is_some() || dataset.blocks.is_some() || new.blocks.is_some() {
             return self.commit_with_population(new).await;
         }
         // `spent` only grows, so the budget admitted the release at the statement too: the
@@ -481,18 +488,19 @@ impl LedgerStore for PgStore {
     }
 
     async fn create_dataset(&self, new: &NewDataset) -> Result<Dataset, StoreError> {
+        let (total, block_period, block_total) = new.stored_totals();
         let sql = format!(
             "INSERT INTO datasets (id, name, budget_order, total_units, dp_epsilon, dp_delta, \
                                    l2_squared, linf, neighbouring, created_by, cells, \
-                                   population_id) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                                   population_id, block_period, block_total_units) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
              RETURNING {DATASET_COLUMNS}"
         );
         sqlx::query_as::<_, DatasetColumns>(&sql)
             .bind(new.id)
             .bind(new.name.as_str())
             .bind(new.order.get())
-            .bind(new.total.raw())
+            .bind(total)
             .bind(new.dp_target.map(|t| t.epsilon))
             .bind(new.dp_target.map(|t| t.delta))
             .bind(new.sensitivity.l2_squared())
@@ -501,6 +509,8 @@ impl LedgerStore for PgStore {
             .bind(&new.created_by)
             .bind(codec::names_json(new.cells.as_ref()))
             .bind(new.population)
+            .bind(block_period)
+            .bind(block_total)
             .fetch_one(&self.pool)
             .await
             .map_err(|e| store_error("create_dataset", e))?
@@ -534,12 +544,16 @@ impl LedgerStore for PgStore {
         let member = self.member(new)?;
         let answer = match &self.groups {
             Some(groups) => groups.commit(member).await?,
-            None if new.population.is_some() => return self.commit_with_population(new).await,
+            // Without groups, a release over blocks or under a population is one transaction of
+            // its own (src/store/postgres/tree.rs), which charges its blocks and nodes.
+            None if new.population.is_some() || new.blocks.is_some() => {
+                return self.commit_with_population(new).await
+            }
             None => commit_alone(&self.pool, &member, self.max_stored_cells).await?,
         };
         let answer = match answer {
-            // The one-release statement has no step for population nodes.
-            Answer::Alone(_) if new.population.is_some() => {
+            // The one-release statement has no step for population nodes or blocks.
+            Answer::Alone(_) if new.population.is_some() || new.blocks.is_some() => {
                 return self.commit_with_population(new).await;
             }
             Answer::Alone(member) => {
@@ -920,6 +934,55 @@ impl LedgerStore for PgStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| store_error("get_secret", e))
+    }
+
+    async fn block_spends(
+        &self,
+        dataset_id: Uuid,
+        range: BlockRange,
+    ) -> Result<Vec<BlockSpend>, StoreError> {
+        const CONTEXT: &str = "block_spends";
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT block, spent_units FROM dataset_blocks \
+              WHERE dataset_id = $1 AND block BETWEEN $2 AND $3 ORDER BY block",
+        )
+        .bind(dataset_id)
+        .bind(range.first().index())
+        .bind(range.last().index())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error(CONTEXT, e))?
+        .into_iter()
+        .map(|(block, spent)| {
+            Ok(BlockSpend {
+                key: BlockKey::from_index(range.period(), block),
+                spent: codec::units(spent, "dataset_blocks.spent_units")?,
+            })
+        })
+        .collect()
+    }
+
+    async fn most_spent_block(
+        &self,
+        dataset_id: Uuid,
+        period: Period,
+    ) -> Result<Option<BlockSpend>, StoreError> {
+        const CONTEXT: &str = "most_spent_block";
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT block, spent_units FROM dataset_blocks WHERE dataset_id = $1 \
+              ORDER BY spent_units DESC, block LIMIT 1",
+        )
+        .bind(dataset_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| store_error(CONTEXT, e))?
+        .map(|(block, spent)| {
+            Ok(BlockSpend {
+                key: BlockKey::from_index(period, block),
+                spent: codec::units(spent, "dataset_blocks.spent_units")?,
+            })
+        })
+        .transpose()
     }
 
     async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError> {

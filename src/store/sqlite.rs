@@ -60,7 +60,7 @@ const RELEASE_COLUMNS: &str =
      distribution, dimension, idempotency_key, fingerprint, table_rows, label, \
      COALESCE(spent_after_units, (SELECT SUM(r.cost_units) FROM releases r \
               WHERE r.dataset_id = releases.dataset_id AND r.seq <= releases.seq)) \
-         AS spent_after_units, row_names";
+         AS spent_after_units, row_names, block_from, block_to";
 
 pub struct SqliteStore {
     pool: sqlx::SqlitePool,
@@ -259,7 +259,7 @@ async fn commit_release_on(
                              stored_cells = stored_cells + $3 \
          WHERE id = $1 AND spent_units + $2 <= total_units AND stored_cells + $3 <= $4 \
          RETURNING budget_order, total_units, spent_units, release_count, dp_epsilon, dp_delta, \
-                   chain_head, population_id",
+                   chain_head, population_id, block_period, block_total_units",
     )
     .bind(new.dataset_id.hyphenated())
     .bind(new.cost.raw())
@@ -290,6 +290,21 @@ async fn commit_release_on(
         "datasets.chain_head",
     )?;
 
+    // The blocks it reads, each charged its cost (src/ledger/blocks.rs), under the same lock.
+    let blocking = codec::blocking(
+        charged.try_get("block_period").map_err(fail)?,
+        charged.try_get("block_total_units").map_err(fail)?,
+    )?;
+    let refused_budget = BudgetState {
+        spent: budget.spent.saturating_sub(new.cost),
+        releases: budget.releases - 1,
+        ..budget
+    };
+    if let Some(outcome) = charge_blocks(&mut tx, CONTEXT, new, blocking, refused_budget).await? {
+        tx.rollback().await.map_err(fail)?;
+        return Ok(outcome);
+    }
+
     // Every population node on the dataset's path, under the same write lock (src/ledger/population.rs).
     let population: Option<Hyphenated> = charged.try_get("population_id").map_err(fail)?;
     if let Some(population) = population {
@@ -319,11 +334,13 @@ async fn commit_release_on(
     link.update(created_at.timestamp_micros().to_be_bytes());
     link.update(codec::link_suffix(new));
     let chain_hash: [u8; 32] = link.finalize().into();
+    let (block_from, block_to) = codec::block_columns(new.blocks);
     sqlx::query(
         "INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
                                distribution, dimension, idempotency_key, fingerprint, \
-                               table_rows, label, chain_hash, spent_after_units, row_names) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                               table_rows, label, chain_hash, spent_after_units, row_names, \
+                               block_from, block_to) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
     )
     .bind(new.id.hyphenated())
     .bind(new.dataset_id.hyphenated())
@@ -341,6 +358,8 @@ async fn commit_release_on(
     .bind(&chain_hash[..])
     .bind(budget.spent.raw())
     .bind(codec::names_json(new.row_names.as_ref()))
+    .bind(block_from)
+    .bind(block_to)
     .execute(&mut *tx)
     .await
     .map_err(fail)?;
@@ -375,6 +394,76 @@ async fn commit_release_on(
 
     let release = committed_release(new, budget.releases, created_at, budget.spent);
     Ok(CommitOutcome::Committed { release, budget })
+}
+
+/// Charges `new` on every block of its range, inside the caller's write transaction, or says why
+/// not (`Some`: nothing may be written; the caller rolls back). `budget` is the dataset's ledger
+/// before this release, for the refusal.
+async fn charge_blocks(
+    conn: &mut SqliteConnection,
+    context: &str,
+    new: &NewRelease,
+    blocking: Option<Blocking>,
+    budget: BudgetState,
+) -> Result<Option<CommitOutcome>, StoreError> {
+    let fail = |e| store_error(context, e);
+    let (range, blocking) = match (new.blocks, blocking) {
+        (None, None) => return Ok(None),
+        (Some(range), Some(blocking)) if range.period() == blocking.period => (range, blocking),
+        _ => return Ok(Some(CommitOutcome::BlocksMismatch)),
+    };
+    // The first block without room: a block never charged has spent nothing, so only a stored
+    // one can bind, unless the cost alone passes the cap.
+    let binding = if new.cost > blocking.cap {
+        let spent: Option<i64> = sqlx::query_scalar(
+            "SELECT spent_units FROM dataset_blocks WHERE dataset_id = $1 AND block = $2",
+        )
+        .bind(new.dataset_id.hyphenated())
+        .bind(range.first().index())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(fail)?;
+        Some((range.first().index(), spent.unwrap_or(0)))
+    } else {
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT block, spent_units FROM dataset_blocks \
+              WHERE dataset_id = $1 AND block BETWEEN $2 AND $3 AND spent_units + $4 > $5 \
+              ORDER BY block LIMIT 1",
+        )
+        .bind(new.dataset_id.hyphenated())
+        .bind(range.first().index())
+        .bind(range.last().index())
+        .bind(new.cost.raw())
+        .bind(blocking.cap.raw())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(fail)?
+    };
+    if let Some((block, spent)) = binding {
+        return Ok(Some(CommitOutcome::BlockExhausted {
+            block: BlockSpend {
+                key: BlockKey::from_index(blocking.period, block),
+                spent: codec::units(spent, "dataset_blocks.spent_units")?,
+            },
+            cap: blocking.cap,
+            budget,
+        }));
+    }
+    sqlx::query(
+        "WITH RECURSIVE range(block) AS ( \
+             SELECT $2 UNION ALL SELECT block + 1 FROM range WHERE block < $3) \
+         INSERT INTO dataset_blocks (dataset_id, block, spent_units) \
+         SELECT $1, block, $4 FROM range WHERE true \
+         ON CONFLICT (dataset_id, block) DO UPDATE SET spent_units = spent_units + excluded.spent_units",
+    )
+    .bind(new.dataset_id.hyphenated())
+    .bind(range.first().index())
+    .bind(range.last().index())
+    .bind(new.cost.raw())
+    .execute(&mut *conn)
+    .await
+    .map_err(fail)?;
+    Ok(None)
 }
 
 /// The nodes of the path from `start` to the root, leaf first, as read in the caller's
@@ -685,18 +774,19 @@ impl LedgerStore for SqliteStore {
     }
 
     async fn create_dataset(&self, new: &NewDataset) -> Result<Dataset, StoreError> {
+        let (total, block_period, block_total) = new.stored_totals();
         let sql = format!(
             "INSERT INTO datasets (id, name, budget_order, total_units, dp_epsilon, dp_delta, \
                                    l2_squared, linf, neighbouring, created_at, created_by, cells, \
-                                   population_id) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+                                   population_id, block_period, block_total_units) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
              RETURNING {DATASET_COLUMNS}"
         );
         sqlx::query_as::<_, DatasetColumns<Hyphenated>>(&sql)
             .bind(new.id.hyphenated())
             .bind(new.name.as_str())
             .bind(new.order.get())
-            .bind(new.total.raw())
+            .bind(total)
             .bind(new.dp_target.map(|t| t.epsilon))
             .bind(new.dp_target.map(|t| t.delta))
             .bind(new.sensitivity.l2_squared())
@@ -706,6 +796,8 @@ impl LedgerStore for SqliteStore {
             .bind(&new.created_by)
             .bind(codec::names_json(new.cells.as_ref()))
             .bind(new.population.map(|p| p.hyphenated()))
+            .bind(block_period)
+            .bind(block_total)
             .fetch_one(&self.pool)
             .await
             .map_err(|e| store_error("create_dataset", e))?
@@ -1045,6 +1137,55 @@ impl LedgerStore for SqliteStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| store_error("get_secret", e))
+    }
+
+    async fn block_spends(
+        &self,
+        dataset_id: Uuid,
+        range: BlockRange,
+    ) -> Result<Vec<BlockSpend>, StoreError> {
+        const CONTEXT: &str = "block_spends";
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT block, spent_units FROM dataset_blocks \
+              WHERE dataset_id = $1 AND block BETWEEN $2 AND $3 ORDER BY block",
+        )
+        .bind(dataset_id.hyphenated())
+        .bind(range.first().index())
+        .bind(range.last().index())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error(CONTEXT, e))?
+        .into_iter()
+        .map(|(block, spent)| {
+            Ok(BlockSpend {
+                key: BlockKey::from_index(range.period(), block),
+                spent: codec::units(spent, "dataset_blocks.spent_units")?,
+            })
+        })
+        .collect()
+    }
+
+    async fn most_spent_block(
+        &self,
+        dataset_id: Uuid,
+        period: Period,
+    ) -> Result<Option<BlockSpend>, StoreError> {
+        const CONTEXT: &str = "most_spent_block";
+        sqlx::query_as::<_, (i64, i64)>(
+            "SELECT block, spent_units FROM dataset_blocks WHERE dataset_id = $1 \
+              ORDER BY spent_units DESC, block LIMIT 1",
+        )
+        .bind(dataset_id.hyphenated())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| store_error(CONTEXT, e))?
+        .map(|(block, spent)| {
+            Ok(BlockSpend {
+                key: BlockKey::from_index(period, block),
+                spent: codec::units(spent, "dataset_blocks.spent_units")?,
+            })
+        })
+        .transpose()
     }
 
     async fn ledger_summaries(&self) -> Result<Vec<LedgerSummary>, StoreError> {

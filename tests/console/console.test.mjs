@@ -1050,6 +1050,41 @@ try {
   await assertNoStrayText(page, 'a dataset in a population');
   await page.locator('section.path-section').screenshot({ path: `${OUT}/budget-path.png` });
 
+  step('a dataset split into blocks by day: a release names its days, the strip shows each day');
+  await page.getByRole('link', { name: 'Register dataset' }).click();
+  await page.getByLabel('Name', { exact: true }).fill('daily visits');
+  await page.getByLabel('ε', { exact: true }).fill('1');
+  await page.getByLabel('Order λ').fill('2');
+  await page.getByLabel('Split into blocks (optional)').selectOption('day');
+  await assertLabelled(page, 'register with blocks');
+  await page.getByRole('button', { name: 'Register' }).click();
+  await page.getByRole('heading', { name: 'daily visits' }).waitFor();
+  const dailyId = new URL(page.url()).hash.split('/').pop();
+  assert.deepEqual((await api('GET', `/v1/datasets/${dailyId}`, ADMIN)).body.blocks, { period: 'day' });
+  // Without blocks the form refuses before sending; with a week of days it releases.
+  await page.getByLabel('Counts').fill('120, 45, 3, 0, 17, 9');
+  await page.getByLabel('ε (privacy cost to calibrate to)').fill('0.4');
+  await page.getByRole('button', { name: 'Preview' }).click();
+  await page.locator('.problem-title', { hasText: 'Blocks are required' }).waitFor();
+  await page.getByLabel('First block read (day)').fill('2026-12-01');
+  await page.getByLabel('Last block read (optional)').fill('2026-12-07');
+  await page.getByRole('button', { name: 'Preview' }).click();
+  await page.locator('dl.preview').waitFor();
+  await page.getByRole('button', { name: /Release \(spends ε 0\.4\)/ }).click();
+  await page.getByText(/Released #1/).waitFor();
+  const strip = page.locator('svg.block-strip');
+  await strip.waitFor();
+  const bars = await strip.locator('g.block-bar').evaluateAll((gs) => gs.map((g) => [g.dataset.key, Number(g.dataset.spent)]));
+  const charged = bars.filter(([, spent]) => spent > 0).map(([key]) => key);
+  assert.deepEqual(charged, ['2026-12-01', '2026-12-02', '2026-12-03', '2026-12-04', '2026-12-05', '2026-12-06', '2026-12-07']);
+  assert.ok(bars.every(([, spent]) => spent === 0 || Math.abs(spent - 0.4) < 1e-9), JSON.stringify(bars));
+  assert.match(await page.locator('svg.block-strip .total-label').textContent(), /cap 1 per block/);
+  const released = (await api('GET', `/v1/datasets/${dailyId}/releases`, ADMIN)).body.items[0];
+  assert.deepEqual(released.blocks, { from: '2026-12-01', to: '2026-12-07' });
+  await assertLabelled(page, 'a dataset with blocks');
+  await assertNoStrayText(page, 'a dataset with blocks');
+  await page.screenshot({ path: `${OUT}/blocks.png`, fullPage: true });
+
   step('every console response carried the security headers');
   assert.ok(consoleResponses.length >= 6, `only ${consoleResponses.length} console responses seen`);
   for (const response of consoleResponses) {

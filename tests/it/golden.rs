@@ -42,6 +42,7 @@ fn dataset(order: f64, relation: &str) -> Dataset {
         releases: 0,
         cells: None,
         population: None,
+        blocks: None,
     }
 }
 

@@ -9,6 +9,7 @@ mod common;
 
 mod api;
 mod binary;
+mod blocks;
 mod console;
 mod golden;
 mod hygiene;

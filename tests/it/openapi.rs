@@ -790,6 +790,15 @@ async fn the_routes_are_the_described_operations(backend: Backend) {
         .expect(201)
         .await
         .id();
+    let daily = api
+        .call("createDataset", "/v1/datasets")
+        .json(
+            json!({"name": "routes by day", "budget": {"order": 2, "epsilon": 1},
+                     "blocks": {"period": "day"}}),
+        )
+        .expect(201)
+        .await
+        .id();
     let mut paths: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for operation in spec.operations() {
         paths
@@ -817,6 +826,12 @@ async fn the_routes_are_the_described_operations(backend: Backend) {
             .replace("{id}", id)
             .replace("{release_id}", &release)
             .replace("{asset}", "app.js");
+        // The blocks of a dataset split into blocks, a range of them.
+        let path = if template.ends_with("/blocks") {
+            format!("/v1/datasets/{daily}/blocks?from=2026-12-01&to=2026-12-02")
+        } else {
+            path
+        };
         let mut allowed: BTreeSet<String> =
             methods.iter().map(|m| m.to_ascii_uppercase()).collect();
         if methods.contains("get") {
@@ -2114,6 +2129,64 @@ async fn every_response_matches_the_description(backend: Backend) {
         .expect(200)
         .await;
 
+    // ---------------------------------------------------------------- blocks
+    let daily = api
+        .call("createDataset", "/v1/datasets")
+        .json(
+            json!({"name": "daily", "budget": {"order": 2, "epsilon": 1},
+                     "blocks": {"period": "day"}}),
+        )
+        .expect(201)
+        .await
+        .id();
+    let daily_releases = format!("/v1/datasets/{daily}/releases");
+    api.call("createRelease", &daily_releases)
+        .json(json!({"counts": [3, 4], "epsilon": 0.5,
+                     "blocks": {"from": "2026-12-01", "to": "2026-12-03"}}))
+        .expect(201)
+        .await;
+    api.call("createCharge", &format!("/v1/datasets/{daily}/charges"))
+        .json(json!({"mechanism": "rdp", "epsilon": 0.75, "block": "2026-12-02"}))
+        .problem(409, "budget-exhausted")
+        .await;
+    api.call("previewRelease", &format!("{daily_releases}/preview"))
+        .json(json!({"counts": [3, 4], "epsilon": 0.5, "block": "2026-12-02"}))
+        .expect(200)
+        .await;
+    api.call("createRelease", &daily_releases)
+        .json(json!({"counts": [3, 4], "epsilon": 0.5}))
+        .problem(422, "invalid-request")
+        .await;
+    let daily_blocks = format!("/v1/datasets/{daily}/blocks");
+    api.call(
+        "listBlocks",
+        &format!("{daily_blocks}?from=2026-11-30&to=2026-12-04"),
+    )
+    .expect(200)
+    .await;
+    api.call(
+        "listBlocks",
+        &format!("{daily_blocks}?from=2026-12-01&to=2026-02-30"),
+    )
+    .problem(422, "invalid-request")
+    .await;
+    api.call(
+        "listBlocks",
+        &format!(
+            "/v1/datasets/{}/blocks?from=2026-12-01&to=2026-12-01",
+            uuid::Uuid::new_v4()
+        ),
+    )
+    .problem(404, "not-found")
+    .await;
+    api.call("getBudget", &format!("/v1/datasets/{daily}/budget"))
+        .expect(200)
+        .await;
+    api.call("getDataset", &format!("/v1/datasets/{daily}"))
+        .expect(200)
+        .await;
+    api.call("listReleases", &daily_releases).expect(200).await;
+
     // ---------------------------------------------------------------- 401 on every secured operation
     let dataset_body = json!({"name": "x", "budget": {"order": 2, "epsilon": 1}});
     let secured: Vec<(&str, String, Option<Value>)> = vec![
@@ -2126,6 +2199,11 @@ async fn every_response_matches_the_description(backend: Backend) {
         ("whoami", "/v1/whoami".into(), None),
         ("getDataset", format!("/v1/datasets/{dp}"), None),
         ("getBudget", format!("/v1/datasets/{dp}/budget"), None),
+        (
+            "listBlocks",
+            format!("/v1/datasets/{daily}/blocks?from=2026-12-01&to=2026-12-02"),
+            None,
+        ),
         ("createRelease", dp_releases.clone(), Some(body.clone())),
         ("listReleases", dp_releases.clone(), None),
         (

@@ -157,6 +157,7 @@ fn new_dataset(name: &str, budget: f64) -> NewDataset {
         created_by: "admin-token".to_owned(),
         cells: None,
         population: None,
+        blocks: None,
     }
 }
 
@@ -203,6 +204,7 @@ fn new_release(dataset_id: Uuid, cost: Units, key: Option<&str>) -> NewRelease {
             fingerprint: fingerprint(key),
         }),
         population: None,
+        blocks: None,
     }
 }
 
@@ -3299,5 +3301,355 @@ async fn grouped_releases_under_a_population_postgres() {
     assert!(
         transactions(&url, None).await < committed,
         "no two releases under the population shared a transaction"
+    );
+}
+
+// Data blocks (src/ledger/blocks.rs).
+
+contract_tests! {
+    blocked_releases_charge_every_block_or_none => blocked_releases_charge_every_block_or_none_sqlite, blocked_releases_charge_every_block_or_none_postgres;
+    three_stores_racing_over_overlapping_blocks_never_overspend => three_stores_racing_over_overlapping_blocks_never_overspend_sqlite, three_stores_racing_over_overlapping_blocks_never_overspend_postgres;
+}
+
+fn day(key: &str) -> BlockKey {
+    BlockKey::parse(Period::Day, key).unwrap()
+}
+
+fn days(from: &str, to: &str) -> BlockRange {
+    BlockRange::new(day(from), day(to), 400).unwrap()
+}
+
+/// A dataset split by day, each day capped at `cap`.
+async fn blocked_dataset(store: &dyn LedgerStore, cap: f64) -> Dataset {
+    store
+        .create_dataset(&NewDataset {
+            blocks: Some(Period::Day),
+            ..new_dataset("daily", cap)
+        })
+        .await
+        .unwrap()
+}
+
+fn over(dataset_id: Uuid, charge: Units, range: BlockRange, key: Option<&str>) -> NewRelease {
+    NewRelease {
+        blocks: Some(range),
+        ..new_release(dataset_id, charge, key)
+    }
+}
+
+/// The spend of every block of `range` (0 for a block never charged).
+async fn spent_by_day(store: &dyn LedgerStore, id: Uuid, range: BlockRange) -> Vec<i64> {
+    let stored = store.block_spends(id, range).await.unwrap();
+    range
+        .keys()
+        .map(|k| {
+            stored
+                .iter()
+                .find(|b| b.key == k)
+                .map_or(0, |b| b.spent.raw())
+        })
+        .collect()
+}
+
+async fn blocked_releases_charge_every_block_or_none(f: Fixture) {
+    let store = f.store;
+    let d = blocked_dataset(&*store, 1.0).await;
+    assert_eq!(
+        d.blocks,
+        Some(Blocking {
+            period: Period::Day,
+            cap: Units::floor(1.0).unwrap()
+        })
+    );
+    assert_eq!(dataset(&*store, d.id).await.blocks, d.blocks);
+    let q = cost(0.25);
+    let week = days("2026-12-01", "2026-12-07");
+
+    // Every block of the range is charged the full cost; the release records its range.
+    let (release, budget) = committed(commit(&*store, &over(d.id, q, week, Some("w"))).await);
+    assert_eq!(release.blocks, Some(week));
+    assert_eq!(budget.spent, q, "the dataset's own ledger sums the costs");
+    let stored = store.get_release(d.id, release.id).await.unwrap().unwrap();
+    assert_eq!(stored.blocks, Some(week));
+    let wide = days("2026-11-30", "2026-12-08");
+    let mut expected = vec![
+        0,
+        q.raw(),
+        q.raw(),
+        q.raw(),
+        q.raw(),
+        q.raw(),
+        q.raw(),
+        q.raw(),
+        0,
+    ];
+    assert_eq!(spent_by_day(&*store, d.id, wide).await, expected);
+
+    // A retry with the key charges nothing.
+    assert!(matches!(
+        commit(&*store, &over(d.id, q, week, Some("w"))).await,
+        CommitOutcome::Existing { .. }
+    ));
+    assert_eq!(spent_by_day(&*store, d.id, wide).await, expected);
+
+    // The last day of the week gets two more quarters, then is full.
+    for _ in 0..3 {
+        committed(
+            commit(
+                &*store,
+                &over(d.id, q, days("2026-12-07", "2026-12-07"), None),
+            )
+            .await,
+        );
+    }
+    expected[7] = 4 * q.raw();
+
+    // A range reaching the full day: refused, naming it; nothing charged anywhere.
+    let before = dataset(&*store, d.id).await;
+    match commit(
+        &*store,
+        &over(d.id, q, days("2026-12-05", "2026-12-08"), None),
+    )
+    .await
+    {
+        CommitOutcome::BlockExhausted { block, cap, .. } => {
+            assert_eq!(block.key, day("2026-12-07"));
+            assert_eq!(block.spent.raw(), 4 * q.raw());
+            assert_eq!(cap, Units::floor(1.0).unwrap());
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(spent_by_day(&*store, d.id, wide).await, expected);
+    let after = dataset(&*store, d.id).await;
+    assert_eq!(
+        (after.spent, after.releases),
+        (before.spent, before.releases)
+    );
+
+    // A cost above the cap binds on the range's first block, charged or not.
+    match commit(
+        &*store,
+        &over(d.id, cost(1.5), days("2026-12-10", "2026-12-11"), None),
+    )
+    .await
+    {
+        CommitOutcome::BlockExhausted { block, .. } => {
+            assert_eq!((block.key, block.spent), (day("2026-12-10"), Units::ZERO));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+
+    // Blocks that do not match the dataset's split are refused, whichever way.
+    let plain = store
+        .create_dataset(&new_dataset("plain", 1.0))
+        .await
+        .unwrap();
+    let month = BlockKey::parse(Period::Month, "2026-12").unwrap();
+    for new in [
+        over(plain.id, q, week, None),
+        new_release(d.id, q, None),
+        new_release(d.id, q, Some("no blocks")),
+        over(d.id, q, BlockRange::new(month, month, 400).unwrap(), None),
+    ] {
+        assert!(
+            matches!(commit(&*store, &new).await, CommitOutcome::BlocksMismatch),
+            "{:?} on {}",
+            new.blocks,
+            new.dataset_id
+        );
+    }
+    assert_eq!(spent_by_day(&*store, d.id, wide).await, expected);
+    assert_eq!(dataset(&*store, plain.id).await.releases, 0);
+
+    // The most-spent block, and the log: its spent is the sum of the costs.
+    let most = store
+        .most_spent_block(d.id, Period::Day)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (most.key, most.spent.raw()),
+        (day("2026-12-07"), 4 * q.raw())
+    );
+    let head = store.log_head(d.id).await.unwrap().unwrap();
+    let entries = store.log_entries(d.id, 0, head.seq, 100).await.unwrap();
+    let mut verifier = audit::Verifier::new(head);
+    for entry in &entries {
+        verifier.push(entry);
+    }
+    assert!(verifier.finish().failure.is_none());
+    assert!(store
+        .most_spent_block(plain.id, Period::Day)
+        .await
+        .unwrap()
+        .is_none());
+}
+
+/// Three stores on one database (three replicas' pools), each releasing concurrently over
+/// overlapping ranges of days: no block ever passes its cap, the number admitted is exactly
+/// what the caps allow, and each block's spend is the sum of the stored releases that read it.
+async fn three_stores_racing_over_overlapping_blocks_never_overspend(f: Fixture) {
+    let stores: Vec<Arc<dyn LedgerStore>> = vec![
+        f.store.clone(),
+        connect(&f.url, &options()).await.unwrap(),
+        connect(&f.url, &options()).await.unwrap(),
+    ];
+    let d = blocked_dataset(&*f.store, 1.0).await;
+    let q = cost(0.25);
+    // Ranges over days 1–6: day 3 and 4 are read by the most, so they bind.
+    let ranges = [
+        days("2026-12-01", "2026-12-03"),
+        days("2026-12-02", "2026-12-04"),
+        days("2026-12-03", "2026-12-05"),
+        days("2026-12-04", "2026-12-06"),
+    ];
+    let mut tasks = Vec::new();
+    for i in 0..48usize {
+        let store = stores[i % 3].clone();
+        let range = ranges[i % ranges.len()];
+        tasks.push(tokio::spawn(async move {
+            let outcome = store
+                .commit_release(&over(d.id, q, range, None))
+                .await
+                .unwrap();
+            let admitted = match outcome {
+                CommitOutcome::Committed { .. } => true,
+                CommitOutcome::BlockExhausted { .. } => false,
+                other => panic!("unexpected {other:?}"),
+            };
+            (range, admitted)
+        }));
+    }
+    let mut admitted = 0;
+    let mut refused = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            (_, true) => admitted += 1,
+            (range, false) => refused.push(range),
+        }
+    }
+    let all = days("2026-12-01", "2026-12-06");
+    let spent = spent_by_day(&*f.store, d.id, all).await;
+    assert!(spent.iter().all(|s| *s <= 4 * q.raw()), "{spent:?}");
+    // Sum over the stored releases of their cost on each block they read.
+    let releases = f.store.list_releases(d.id, None, 1000).await.unwrap();
+    assert_eq!(releases.len(), admitted);
+    let mut summed = vec![0i64; 6];
+    for r in &releases {
+        for key in r.blocks.unwrap().keys() {
+            summed[(key.index() - day("2026-12-01").index()) as usize] += r.cost.raw();
+        }
+    }
+    assert_eq!(spent, summed);
+    // Exact admission: a release was refused only when a block of its range had no room (and
+    // blocks only fill up, so it still has none).
+    let first = day("2026-12-01").index();
+    for range in refused {
+        assert!(
+            range
+                .keys()
+                .any(|k| spent[(k.index() - first) as usize] + q.raw() > 4 * q.raw()),
+            "{range:?} was refused with room on every block: {spent:?}"
+        );
+    }
+    assert!((4..=8).contains(&admitted), "{admitted}");
+}
+
+/// Blocked releases join group commit on PostgreSQL: a hot blocked dataset's releases over
+/// overlapping ranges share transactions, every block stays within its cap, a release is
+/// refused only by a full block, and the spend of each block is what the stored releases that
+/// read it were charged. Half the datasets are under a population, so the group's population
+/// steps and block steps run together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocked_releases_commit_in_groups_postgres() {
+    let url = pg::fresh_database().await;
+    let store = one_slot(&url).await;
+    let population = store
+        .create_population(&new_population("patients", 100.0))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..2 {
+        let d = blocked_dataset(&*store, 1.0).await;
+        if i == 1 {
+            store
+                .set_dataset_population(d.id, Some(population.id))
+                .await
+                .unwrap();
+        }
+        ids.push((d.id, (i == 1).then_some(population.id)));
+    }
+    let q = cost(0.125);
+    let ranges = [
+        days("2026-12-01", "2026-12-07"),
+        days("2026-12-05", "2026-12-05"),
+        days("2026-12-03", "2026-12-09"),
+    ];
+    let tasks: Vec<_> = (0..72usize)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            let (id, population) = ids[i % 2];
+            let range = ranges[i % 3];
+            let new = NewRelease {
+                population,
+                ..over(
+                    id,
+                    q,
+                    range,
+                    (i % 5 == 0).then(|| format!("key-{i}")).as_deref(),
+                )
+            };
+            tokio::spawn(async move {
+                let outcome = store.commit_release(&new).await.expect("no commit fails");
+                (id, range, outcome)
+            })
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for task in tasks {
+        let (id, range, outcome) = task.await.unwrap();
+        match outcome {
+            CommitOutcome::Committed { release, .. } => assert_eq!(release.blocks, Some(range)),
+            CommitOutcome::BlockExhausted { .. } => refused.push((id, range)),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let all = days("2026-12-01", "2026-12-09");
+    let first = day("2026-12-01").index();
+    let mut stored_releases = 0;
+    for (id, _) in &ids {
+        let spent = spent_by_day(&*store, *id, all).await;
+        assert!(spent.iter().all(|s| *s <= cost(1.0).raw()), "{spent:?}");
+        let releases = store.list_releases(*id, None, 1000).await.unwrap();
+        stored_releases += releases.len();
+        let mut summed = vec![0i64; 9];
+        for r in &releases {
+            for key in r.blocks.unwrap().keys() {
+                summed[(key.index() - first) as usize] += r.cost.raw();
+            }
+        }
+        assert_eq!(spent, summed, "each block's spend is its releases' costs");
+        for (_, range) in refused.iter().filter(|(d, _)| d == id) {
+            assert!(
+                range
+                    .keys()
+                    .any(|k| spent[(k.index() - first) as usize] + q.raw() > cost(1.0).raw()),
+                "{range:?} refused with room: {spent:?}"
+            );
+        }
+        let verdict = verify_log(&*store, *id, 8).await;
+        assert_eq!(verdict.failure, None);
+    }
+    let node = store.get_population(population.id).await.unwrap().unwrap();
+    let under = store.list_releases(ids[1].0, None, 1000).await.unwrap();
+    assert_eq!(
+        node.spent.raw(),
+        under.len() as i64 * q.raw(),
+        "full cost per release"
+    );
+    assert!(!refused.is_empty(), "the caps bound");
+    assert!(
+        transactions(&url, None).await < stored_releases,
+        "every blocked release had a transaction of its own"
     );
 }

@@ -31,6 +31,7 @@ use super::super::AppState;
 use super::{allocation_exhausted, exhausted, idempotency};
 use crate::ledger::{charge_for, CommitOutcome, Idempotency, Label, NewRelease, Output, Units};
 use crate::privacy::external;
+use crate::release::request::BlockSpan;
 use crate::schema;
 
 /// A parameter that must be a finite number above 0.
@@ -128,7 +129,7 @@ pub enum Event {
     },
 }
 
-/// `ChargeBody`: each variant with the optional `label`, written once here. serde's `flatten`
+/// `ChargeBody`: each variant with the optional `label`, `blocks` and `block`, written once here. serde's `flatten`
 /// would say it once without a macro, but refuses `deny_unknown_fields`, which a body must keep.
 macro_rules! labelled_variants {
     ($($variant:ident { $($(#[$field_meta:meta])* $field:ident: $ty:ty,)* })*) => {
@@ -144,6 +145,18 @@ macro_rules! labelled_variants {
                     skip_serializing_if = "Option::is_none"
                 )]
                 label: Option<String>,
+                #[serde(
+                    default,
+                    deserialize_with = "crate::wire::non_null",
+                    skip_serializing_if = "Option::is_none"
+                )]
+                blocks: Option<BlockSpan>,
+                #[serde(
+                    default,
+                    deserialize_with = "crate::wire::non_null",
+                    skip_serializing_if = "Option::is_none"
+                )]
+                block: Option<String>,
             },)*
         }
     };
@@ -182,9 +195,16 @@ labelled_variants! {
     }
 }
 
+/// Where a charge goes beyond its events: its label and the blocks it read.
+struct Tail {
+    label: Option<String>,
+    blocks: Option<BlockSpan>,
+    block: Option<String>,
+}
+
 impl ChargeBody {
-    /// The events and the label.
-    fn split(self) -> (Vec<Event>, Option<String>) {
+    /// The events, the label and the blocks.
+    fn split(self) -> (Vec<Event>, Tail) {
         use ChargeBody as B;
         match self {
             B::Gaussian {
@@ -192,39 +212,94 @@ impl ChargeBody {
                 sensitivity,
                 count,
                 label,
+                blocks,
+                block,
             } => (
                 vec![Event::Gaussian {
                     sigma,
                     sensitivity,
                     count,
                 }],
-                label,
+                Tail {
+                    label,
+                    blocks,
+                    block,
+                },
             ),
             B::Laplace {
                 scale,
                 sensitivity,
                 count,
                 label,
+                blocks,
+                block,
             } => (
                 vec![Event::Laplace {
                     scale,
                     sensitivity,
                     count,
                 }],
-                label,
+                Tail {
+                    label,
+                    blocks,
+                    block,
+                },
             ),
             B::Pure {
                 epsilon,
                 count,
                 label,
-            } => (vec![Event::Pure { epsilon, count }], label),
-            B::Zcdp { rho, count, label } => (vec![Event::Zcdp { rho, count }], label),
+                blocks,
+                block,
+            } => (
+                vec![Event::Pure { epsilon, count }],
+                Tail {
+                    label,
+                    blocks,
+                    block,
+                },
+            ),
+            B::Zcdp {
+                rho,
+                count,
+                label,
+                blocks,
+                block,
+            } => (
+                vec![Event::Zcdp { rho, count }],
+                Tail {
+                    label,
+                    blocks,
+                    block,
+                },
+            ),
             B::Rdp {
                 epsilon,
                 count,
                 label,
-            } => (vec![Event::Rdp { epsilon, count }], label),
-            B::Composed { events, label } => (events, label),
+                blocks,
+                block,
+            } => (
+                vec![Event::Rdp { epsilon, count }],
+                Tail {
+                    label,
+                    blocks,
+                    block,
+                },
+            ),
+            B::Composed {
+                events,
+                label,
+                blocks,
+                block,
+            } => (
+                events,
+                Tail {
+                    label,
+                    blocks,
+                    block,
+                },
+            ),
         }
     }
 }
@@ -304,7 +379,10 @@ fn event_variants(label: bool) -> Vec<RefOr<Schema>> {
                 .description(Some("Runs of the event (self-composition); default 1.")),
         );
         if label {
-            o = o.property("label", schema::component(&Label::name()));
+            o = o
+                .property("label", schema::component(&Label::name()))
+                .property("blocks", schema::component("BlockSpan"))
+                .property("block", schema::component("BlockKey"));
         }
         RefOr::from(o)
     };
@@ -331,6 +409,8 @@ impl PartialSchema for ChargeBody {
                     .max_items(Some(MAX_EVENTS)),
             )
             .property("label", schema::component(&Label::name()))
+            .property("blocks", schema::component("BlockSpan"))
+            .property("block", schema::component("BlockKey"))
             .required("mechanism")
             .required("events");
         let mut all = event_variants(true);
@@ -432,7 +512,16 @@ pub(super) async fn create(
         Some(_) => Some(body.fingerprint(&state.keys()?.fingerprint_key, id, &caller.name())),
         None => None,
     };
-    let (events, label) = body.split();
+    let (events, tail) = body.split();
+    let label = tail.label;
+    let range = super::block_range(
+        &dataset,
+        tail.blocks
+            .as_ref()
+            .map(|b| (b.from.as_str(), b.to.as_str())),
+        tail.block.as_deref(),
+        state.settings.max_block_range,
+    )?;
     if events.is_empty() || events.len() > MAX_EVENTS {
         return Err(ApiError::invalid_field(
             "events",
@@ -463,6 +552,7 @@ pub(super) async fn create(
             .zip(fingerprint)
             .map(|(key, fingerprint)| Idempotency { key, fingerprint }),
         population: dataset.population,
+        blocks: range,
     };
     let presented = new.idempotency.as_ref().map(|i| i.fingerprint);
     let task_state = state.clone();
@@ -509,6 +599,14 @@ pub(super) async fn create(
                 .ok_or_else(|| ApiError::Internal("an idempotent outcome without a key".into()))?;
             idempotency::replay(&state, &dataset, release, fingerprint, presented)
         }
+        CommitOutcome::BlockExhausted { block, cap, budget } => Err(super::block_exhausted(
+            &block,
+            cap,
+            &budget,
+            cost,
+            "the charge",
+        )),
+        CommitOutcome::BlocksMismatch => Err(super::blocks_mismatch()),
         CommitOutcome::DatasetNotFound => Err(ApiError::not_found("dataset")),
         CommitOutcome::OutputQuotaExceeded { quota } => {
             Err(ApiError::OutputQuotaExceeded { quota })
@@ -582,6 +680,6 @@ mod tests {
             r#"{"mechanism":"composed","events":[{"mechanism":"pure","epsilon":1}],"label":"x"}"#,
         )
         .unwrap();
-        assert_eq!(labelled.split().1.as_deref(), Some("x"));
+        assert_eq!(labelled.split().1.label.as_deref(), Some("x"));
     }
 }

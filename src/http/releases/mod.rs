@@ -40,7 +40,8 @@ use super::views::{
 };
 use super::AppState;
 use crate::ledger::{
-    Allocation, BudgetState, CommitOutcome, Dataset, Idempotency, Names, NewRelease, Units,
+    Allocation, BlockRange, BlockSpend, BudgetState, CommitOutcome, Dataset, Idempotency, Names,
+    NewRelease, Units,
 };
 use crate::release::input::Input;
 use crate::release::mechanism::Context;
@@ -85,6 +86,56 @@ fn exhausted(budget: &BudgetState, detail: String) -> ApiError {
     }
 }
 
+/// The blocks a request names (`blocks` as `from`/`to`, or `block`), parsed against the
+/// dataset's period: required on a blocked dataset, refused on another (422 naming the field).
+pub(super) fn block_range(
+    dataset: &Dataset,
+    blocks: Option<(&str, &str)>,
+    block: Option<&str>,
+    max: u32,
+) -> Result<Option<BlockRange>, ApiError> {
+    BlockRange::from_request(dataset.blocks.map(|b| b.period), blocks, block, max)
+        .map_err(|(field, e)| ApiError::invalid_field(field, e.to_string()))
+}
+
+/// The 409 of a release refused by a block of its range (`block`, as it refused): the block is
+/// named in the detail and in `block`, and `budget` is that block's ledger.
+pub(super) fn block_exhausted(
+    block: &BlockSpend,
+    cap: Units,
+    budget: &BudgetState,
+    charge: Units,
+    what: &str,
+) -> ApiError {
+    let ledger = BudgetState {
+        total: cap,
+        spent: block.spent,
+        ..*budget
+    };
+    ApiError::BlockExhausted {
+        detail: format!(
+            "{what} costs {} at order {} but block {} has only {} of its {} left; nothing was \
+             charged on any block",
+            charge.to_f64(),
+            budget.order.get(),
+            block.key,
+            ledger.remaining().to_f64(),
+            cap.to_f64()
+        ),
+        block: block.key.to_string(),
+        budget: budget_json(&ledger),
+    }
+}
+
+/// The 422 of a release whose blocks do not fit its dataset (caught by the parser before; the
+/// stores refuse it again under their locks).
+pub(super) fn blocks_mismatch() -> ApiError {
+    ApiError::invalid_field(
+        "blocks",
+        "the blocks named do not match the dataset's split into blocks",
+    )
+}
+
 /// A release request validated and priced: what to draw from, the plan, the label.
 pub struct Planned {
     pub input: Input,
@@ -119,7 +170,7 @@ async fn load_and_plan(
     id: Uuid,
     body: &RequestBody,
     cached: bool,
-) -> Result<(Arc<Dataset>, Request, Plan), ApiError> {
+) -> Result<(Arc<Dataset>, Request, Plan, Option<BlockRange>), ApiError> {
     caller.require_dataset(id)?;
     // With `cached`, the ledger figures may be behind (see `super::cache`); the parameters
     // that planning uses are exact.
@@ -133,13 +184,15 @@ async fn load_and_plan(
                 .ok_or_else(|| ApiError::not_found("dataset"))?,
         ),
     };
+    let (blocks, block) = body.blocks();
+    let range = block_range(&dataset, blocks, block, state.settings.max_block_range)?;
     let (request, plan) = parse_and_plan(
         body,
         &dataset,
         state.settings.max_dimension,
         state.settings.max_exponential_n,
     )?;
-    Ok((dataset, request, plan))
+    Ok((dataset, request, plan, range))
 }
 
 /// A release request body, validated and priced against a dataset's ledger: the counts (or
@@ -320,8 +373,21 @@ async fn preview(
     ApiPath(id): ApiPath<Uuid>,
     ApiJson(body): ApiJson<RequestBody>,
 ) -> Result<SortedJson<PreviewView>, ApiError> {
-    let (dataset, request, plan) = load_and_plan(&state, &caller, id, &body, false).await?;
+    let (dataset, request, plan, range) = load_and_plan(&state, &caller, id, &body, false).await?;
     let budget = dataset.budget();
+    // Every block of the range must have room, as the commit would require.
+    let blocks_fit = match (range, dataset.blocks) {
+        (Some(range), Some(blocking)) => {
+            let stored = state.store.block_spends(id, range).await?;
+            plan.charge <= blocking.cap
+                && stored.iter().all(|b| {
+                    b.spent
+                        .checked_add(plan.charge)
+                        .is_some_and(|after| after <= blocking.cap)
+                })
+        }
+        _ => true,
+    };
     let allocation = match &caller {
         Caller::Analyst { token_id, .. } => state
             .store
@@ -330,8 +396,9 @@ async fn preview(
             .pop(),
         Caller::Admin => None,
     };
-    let admissible =
-        budget.admits(plan.charge) && allocation.as_ref().is_none_or(|a| a.admits(plan.charge));
+    let admissible = blocks_fit
+        && budget.admits(plan.charge)
+        && allocation.as_ref().is_none_or(|a| a.admits(plan.charge));
     let allocation_after = allocation.map(|mut a| {
         if admissible {
             a.spent = a.spent.checked_add(plan.charge).unwrap_or(a.total);
@@ -436,6 +503,7 @@ async fn create(
             ..
         },
         plan,
+        range,
     ) = match load_and_plan(&state, &caller, id, &body, true).await {
         Ok(parsed) => parsed,
         Err(e) => {
@@ -545,6 +613,7 @@ async fn create(
                 row_names,
                 idempotency,
                 population: dataset_population,
+                blocks: range,
             };
             let fp = new.idempotency.as_ref().map(|i| i.fingerprint);
             Ok::<_, ApiError>((task_state.store.commit_release(&new).await?, fp))
@@ -606,6 +675,12 @@ async fn create(
             state.metrics.refusal(&e);
             Err(e)
         }
+        CommitOutcome::BlockExhausted { block, cap, budget } => {
+            let e = block_exhausted(&block, cap, &budget, asked, "the release");
+            state.metrics.refusal(&e);
+            Err(e)
+        }
+        CommitOutcome::BlocksMismatch => Err(blocks_mismatch()),
         CommitOutcome::DatasetNotFound => Err(ApiError::not_found("dataset")),
         CommitOutcome::OutputQuotaExceeded { quota } => {
             let e = ApiError::OutputQuotaExceeded { quota };

@@ -475,6 +475,15 @@ fn request_schema<M: Registered>() -> SchemaRef {
     let mechanism = schema::constant(M::NAME);
     shape = shape
         .property("label", schema::component("Label"))
+        .property("blocks", schema::component("BlockSpan"))
+        .property(
+            "block",
+            schema::described(
+                "BlockKey",
+                "The one block the release reads, on a dataset split into blocks (instead of \
+                 `blocks`).",
+            ),
+        )
         .property(
             "mechanism",
             if default {

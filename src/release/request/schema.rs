@@ -103,6 +103,8 @@ fn values() -> Vec<(String, SchemaRef)> {
                 .into(),
         ),
         (Label::name().into(), Label::schema()),
+        ("BlockKey".into(), schema::block_key().into()),
+        ("BlockSpan".into(), schema::block_span().into()),
         (
             "Alpha".into(),
             cells(

@@ -121,6 +121,13 @@ pub(super) struct Member {
     pub row_names: Option<String>,
     pub idempotency_key: Option<String>,
     pub fingerprint: Option<Vec<u8>>,
+    /// The blocks it reads (src/ledger/blocks.rs): the period, the first and last index, and
+    /// the first and last key as stored.
+    pub block_period: Option<&'static str>,
+    pub block_first: Option<i64>,
+    pub block_last: Option<i64>,
+    pub block_from: Option<String>,
+    pub block_to: Option<String>,
 }
 
 impl Member {
@@ -470,6 +477,11 @@ impl Runner {
             .bind(self.max_stored_cells)
             .bind(column(members, |m| m.idempotency_key.as_deref()))
             .bind(column(members, |m| m.fingerprint.as_deref()))
+            .bind(column(members, |m| m.block_period))
+            .bind(column(members, |m| m.block_first))
+            .bind(column(members, |m| m.block_last))
+            .bind(column(members, |m| m.block_from.as_deref()))
+            .bind(column(members, |m| m.block_to.as_deref()))
             .fetch_all(&mut *conn)
             .await;
         let rows = match result {
@@ -626,8 +638,8 @@ fn standalone(full: &str) -> String {
     let sql = cut(&sql, "), pop_charged AS", "), recorded AS");
     let sql = replace(
         &sql,
-        "NOT EXISTS (SELECT 1 FROM node_sums s WHERE s.ord = r.ord AND NOT s.fits) AS pop_fits",
-        "true AS pop_fits",
+        "NOT EXISTS (SELECT 1 FROM node_sums s WHERE s.ord = r.ord AND NOT s.fits)\n",
+        "true\n",
     );
     replace(
         &sql,
@@ -700,10 +712,12 @@ const COMMIT_GROUP: &str = "\
 WITH RECURSIVE input AS MATERIALIZED (
     SELECT * FROM unnest($1::uuid[], $2::int8[], $3::uuid[], $4::text[], $5::text[], $6::bytea[],
                          $7::int8[], $8::int8[], $9::text[], $10::bytea[], $11::bytea[], $12::text[],
-                         $14::text[], $15::bytea[])
+                         $14::text[], $15::bytea[], $16::text[], $17::int8[], $18::int8[],
+                         $19::text[], $20::text[])
            WITH ORDINALITY AS m(dataset_id, cost, release_id, created_by, mechanism, distribution,
                                 dimension, table_rows, label, link_prefix, link_suffix, row_names,
-                                idempotency_key, fingerprint, ord)
+                                idempotency_key, fingerprint, block_period, block_first,
+                                block_last, block_from, block_to, ord)
 ), tokens AS MATERIALIZED (
     SELECT td.token_id, td.dataset_id, td.spent_units, td.allocation_units
       FROM token_datasets td
@@ -719,7 +733,7 @@ WITH RECURSIVE input AS MATERIALIZED (
                                              AND t.dataset_id = td.dataset_id))
 ), ledgers AS MATERIALIZED (
     SELECT d.id, d.spent_units, d.total_units, d.stored_cells, d.release_count, d.chain_head,
-           d.population_id
+           d.population_id, d.block_period, d.block_total_units
       FROM datasets d
      WHERE d.id IN (SELECT dataset_id FROM ready)
      ORDER BY d.id
@@ -757,6 +771,19 @@ WITH RECURSIVE input AS MATERIALIZED (
 ), candidates AS (
     SELECT r.* FROM ready r LEFT JOIN keys k ON k.ord = r.ord
      WHERE k.ord IS NULL OR (k.fresh AND NOT k.stored AND k.first = k.release_id)
+), blocked AS MATERIALIZED (
+    SELECT l.id FROM ledgers l
+     WHERE l.block_period IS NOT NULL
+       AND l.release_count = (SELECT d.release_count FROM datasets d WHERE d.id = l.id)
+), block_sums AS MATERIALIZED (
+    SELECT c.ord,
+           COALESCE((SELECT b.spent_units FROM dataset_blocks b
+                      WHERE b.dataset_id = c.dataset_id AND b.block = g.block), 0)
+           + sum(c.cost) OVER (PARTITION BY c.dataset_id, g.block ORDER BY c.ord)
+               <= l.block_total_units AS fits
+      FROM candidates c JOIN ledgers l ON l.id = c.dataset_id
+     CROSS JOIN LATERAL generate_series(c.block_first, c.block_last) AS g(block)
+     WHERE c.block_first IS NOT NULL AND l.block_total_units IS NOT NULL
 ), node_sums AS MATERIALIZED (
     SELECT c.ord,
            n.spent_units + sum(c.cost) OVER (PARTITION BY n.id ORDER BY c.ord) <= n.total_units
@@ -770,13 +797,17 @@ WITH RECURSIVE input AS MATERIALIZED (
            (tokens.spent_units + sum(r.cost) OVER per_token - r.cost)::int8
                AS allocation_spent_units,
            row_number() OVER per_dataset AS rank,
-           NOT EXISTS (SELECT 1 FROM node_sums s WHERE s.ord = r.ord AND NOT s.fits) AS pop_fits,
+           NOT EXISTS (SELECT 1 FROM node_sums s WHERE s.ord = r.ord AND NOT s.fits)
+           AND NOT EXISTS (SELECT 1 FROM block_sums s WHERE s.ord = r.ord AND NOT s.fits)
+               AS pop_fits,
            l.spent_units + sum(r.cost) OVER per_dataset <= l.total_units
            AND l.stored_cells + sum(r.dimension) OVER per_dataset <= $13
            AND (tokens.allocation_units IS NULL
                 OR tokens.spent_units + sum(r.cost) OVER per_token <= tokens.allocation_units)
                AS fits
       FROM candidates r JOIN ledgers l ON l.id = r.dataset_id AND l.id IN (SELECT id FROM pathed)
+       AND r.block_period IS NOT DISTINCT FROM l.block_period
+       AND (l.block_period IS NULL OR l.id IN (SELECT id FROM blocked))
       LEFT JOIN tokens ON tokens.token_id = r.created_by AND tokens.dataset_id = r.dataset_id
     WINDOW per_dataset AS (PARTITION BY r.dataset_id ORDER BY r.ord),
            per_token AS (PARTITION BY r.dataset_id, r.created_by ORDER BY r.ord)
@@ -814,6 +845,15 @@ WITH RECURSIVE input AS MATERIALIZED (
               FROM admitted a JOIN charged c ON c.id = a.dataset_id
              GROUP BY a.created_by, a.dataset_id) s
      WHERE td.token_id = s.created_by AND td.dataset_id = s.dataset_id
+), block_charged AS (
+    INSERT INTO dataset_blocks (dataset_id, block, spent_units)
+    SELECT a.dataset_id, g.block, sum(a.cost)::int8
+      FROM admitted a JOIN charged c ON c.id = a.dataset_id
+     CROSS JOIN LATERAL generate_series(a.block_first, a.block_last) AS g(block)
+     WHERE a.block_first IS NOT NULL
+     GROUP BY a.dataset_id, g.block
+    ON CONFLICT (dataset_id, block)
+    DO UPDATE SET spent_units = dataset_blocks.spent_units + excluded.spent_units
 ), pop_charged AS (
     UPDATE populations p SET spent_units = p.spent_units + s.cost
       FROM (SELECT pa.node_id, sum(a.cost)::int8 AS cost
@@ -824,10 +864,10 @@ WITH RECURSIVE input AS MATERIALIZED (
 ), recorded AS (
     INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units,
                           distribution, dimension, idempotency_key, fingerprint, table_rows,
-                          label, chain_hash, spent_after_units, row_names)
+                          label, chain_hash, spent_after_units, row_names, block_from, block_to)
     SELECT a.release_id, a.dataset_id, a.seq, now(), a.created_by, a.mechanism::jsonb, a.cost,
            a.distribution, a.dimension, a.idempotency_key, a.fingerprint, a.table_rows,
-           a.label, a.head, a.spent_after, a.row_names
+           a.label, a.head, a.spent_after, a.row_names, a.block_from, a.block_to
       FROM admitted a JOIN charged c ON c.id = a.dataset_id
  RETURNING id, seq, created_at, spent_after_units
 )

@@ -109,6 +109,52 @@ async fn write_nodes(
     .map_err(|e| store_error(CONTEXT, e))
 }
 
+/// Whether `new`'s blocks fit, read under the dataset's row lock (every writer of a dataset's
+/// blocks holds it, and each statement of the transaction reads what was committed before it):
+/// `Some` is the refusal, nothing written.
+async fn check_blocks(
+    conn: &mut PgConnection,
+    new: &NewRelease,
+    blocking: Option<Blocking>,
+    budget: BudgetState,
+) -> Result<Option<CommitOutcome>, StoreError> {
+    let (range, blocking) = match (new.blocks, blocking) {
+        (None, None) => return Ok(None),
+        (Some(range), Some(blocking)) if range.period() == blocking.period => (range, blocking),
+        _ => return Ok(Some(CommitOutcome::BlocksMismatch)),
+    };
+    // A block never charged has spent nothing: only a stored one binds, unless the cost alone
+    // passes the cap (then the range's first block does).
+    let binding = sqlx::query_as::<_, (i64, i64)>(
+        "SELECT $2::int8, COALESCE((SELECT spent_units FROM dataset_blocks \
+                                     WHERE dataset_id = $1 AND block = $2), 0) WHERE $4 > $5 \
+         UNION ALL \
+         (SELECT block, spent_units FROM dataset_blocks \
+           WHERE dataset_id = $1 AND block BETWEEN $2 AND $3 AND spent_units + $4 > $5 \
+           ORDER BY block LIMIT 1) \
+         LIMIT 1",
+    )
+    .bind(new.dataset_id)
+    .bind(range.first().index())
+    .bind(range.last().index())
+    .bind(new.cost.raw())
+    .bind(blocking.cap.raw())
+    .fetch_optional(conn)
+    .await
+    .map_err(|e| store_error(CONTEXT, e))?;
+    Ok(match binding {
+        Some((block, spent)) => Some(CommitOutcome::BlockExhausted {
+            block: BlockSpend {
+                key: BlockKey::from_index(blocking.period, block),
+                spent: codec::units(spent, "dataset_blocks.spent_units")?,
+            },
+            cap: blocking.cap,
+            budget,
+        }),
+        None => None,
+    })
+}
+
 /// One release, charged to its dataset and every node above it, or refused; `None`: the tree
 /// above the dataset moved while its rows were being locked (nothing written; retry).
 pub(super) async fn commit(
@@ -207,6 +253,9 @@ pub(super) async fn commit(
         .spent
         .checked_add(new.cost)
         .ok_or_else(|| StoreError::Internal("commit_release: spent overflows".into()))?;
+    if let Some(outcome) = check_blocks(&mut tx, new, dataset.blocks, budget).await? {
+        return Ok(Some(outcome));
+    }
 
     let mut nodes: Vec<Node> = Vec::new();
     let mut after: Vec<Units> = Vec::new();
@@ -247,11 +296,29 @@ pub(super) async fn commit(
     .await
     .map_err(fail)?;
     write_nodes(&mut tx, &nodes, &after).await?;
+    if let Some(range) = new.blocks {
+        sqlx::query(
+            "INSERT INTO dataset_blocks (dataset_id, block, spent_units) \
+             SELECT $1, block, $4 FROM generate_series($2::int8, $3::int8) AS block \
+             ON CONFLICT (dataset_id, block) \
+             DO UPDATE SET spent_units = dataset_blocks.spent_units + excluded.spent_units",
+        )
+        .bind(new.dataset_id)
+        .bind(range.first().index())
+        .bind(range.last().index())
+        .bind(new.cost.raw())
+        .execute(&mut *tx)
+        .await
+        .map_err(fail)?;
+    }
+    let (block_from, block_to) = codec::block_columns(new.blocks);
     sqlx::query(
         "INSERT INTO releases (id, dataset_id, seq, created_at, created_by, mechanism, cost_units, \
                                distribution, dimension, idempotency_key, fingerprint, \
-                               table_rows, label, chain_hash, spent_after_units, row_names) \
-         VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+                               table_rows, label, chain_hash, spent_after_units, row_names, \
+                               block_from, block_to) \
+         VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+                 $17, $18)",
     )
     .bind(new.id)
     .bind(new.dataset_id)
@@ -269,6 +336,8 @@ pub(super) async fn commit(
     .bind(&chain_hash[..])
     .bind(spent.raw())
     .bind(codec::names_json(new.row_names.as_ref()))
+    .bind(block_from)
+    .bind(block_to)
     .execute(&mut *tx)
     .await
     .map_err(fail)?;

@@ -64,6 +64,7 @@ fn dataset(relation: Sensitivity) -> Dataset {
         releases: 0,
         cells: None,
         population: None,
+        blocks: None,
     }
 }
 

@@ -26,7 +26,7 @@ from typing import (
     TypeVar,
     Union,
 )
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
 
@@ -53,6 +53,7 @@ from ._mechanisms import Mechanisms
 from ._models import (
     Allocation,
     Allocations,
+    Block,
     Budget,
     BudgetSpec,
     Charge,
@@ -123,6 +124,27 @@ def _object(response: httpx.Response) -> Dict[str, Any]:
 
 def _segment(value: str) -> str:
     return quote(str(value), safe="")
+
+
+#: The request fields that name the blocks a release or charge reads, on a dataset split into
+#: blocks: ``blocks=("2026-12-01", "2026-12-07")`` (first and last, inclusive) or
+#: ``block="2026-12-05"``.
+BLOCK_FIELDS = ("blocks", "block")
+
+
+def _block_field(name: str, value: Any) -> Any:
+    """A block field as the service takes it.
+
+    `blocks` becomes ``{"from", "to"}`` from a pair of keys (a mapping is sent as it is);
+    `block` is its key.
+    """
+    if name == "block":
+        return str(value)
+    if isinstance(value, Mapping):
+        return {"from": str(value["from"]), "to": str(value["to"])}
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
+        raise TypeError("blocks must be a pair of block keys: (first, last)")
+    return {"from": str(value[0]), "to": str(value[1])}
 
 
 def _budget_request(budget: Union[BudgetSpec, Mapping[str, float]]) -> Dict[str, float]:
@@ -361,6 +383,7 @@ class BaseClient:
         sensitivity: Union[Sensitivity, Mapping[str, float], None],
         cells: Optional[Any],
         population: Optional[str] = None,
+        period: Optional[str] = None,
     ) -> Call[Dataset]:
         budget: Dict[str, Any] = {"epsilon": epsilon}
         if order is not None:
@@ -378,6 +401,8 @@ class BaseClient:
             body["cells"] = _cell_names(cells)
         if population is not None:
             body["population"] = str(population)
+        if period is not None:
+            body["blocks"] = {"period": period}
         return Call(
             "POST",
             "/v1/datasets",
@@ -400,6 +425,14 @@ class BaseClient:
             "GET",
             "/v1/datasets",
             lambda r: [self._remember(Dataset.from_json(d)) for d in _object(r).get("items", [])],
+        )
+
+    def _blocks(self, dataset_id: str, start: str, end: str) -> Call[List[Block]]:
+        query = urlencode({"from": start, "to": end})
+        return Call(
+            "GET",
+            f"/v1/datasets/{_segment(dataset_id)}/blocks?{query}",
+            lambda r: [Block.from_json(b) for b in _object(r).get("items", [])],
         )
 
     def _budget(self, dataset_id: str) -> Call[Budget]:
@@ -430,7 +463,9 @@ class BaseClient:
             body["row_names"] = names
         for name, param in params.items():
             if param is not None:
-                body[name] = to_jsonable(param, name)
+                body[name] = (
+                    _block_field(name, param) if name in BLOCK_FIELDS else to_jsonable(param, name)
+                )
         return body, shape
 
     def _preview(
@@ -688,7 +723,10 @@ class BaseClient:
         body: Dict[str, Any] = {}
         for name, value in charge.items():
             if value is not None:
-                body[name] = value if name == "events" else to_jsonable(value, name)
+                if name in BLOCK_FIELDS:
+                    body[name] = _block_field(name, value)
+                else:
+                    body[name] = value if name == "events" else to_jsonable(value, name)
         if label is not None:
             body["label"] = label
         key = idempotency_key if idempotency_key is not None else str(uuid.uuid4())

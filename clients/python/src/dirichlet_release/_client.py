@@ -36,6 +36,7 @@ from ._mechanisms import Mechanisms
 from ._models import (
     Allocation,
     Allocations,
+    Block,
     Budget,
     BudgetSpec,
     Charge,
@@ -165,6 +166,7 @@ class Client(BaseClient):
         sensitivity: Union[Sensitivity, Mapping[str, float], None] = None,
         cells: Optional[Iterable[str]] = None,
         population: Optional[str] = None,
+        period: Optional[str] = None,
     ) -> Dataset:
         """Register a dataset and its privacy budget (admin only).
 
@@ -187,6 +189,12 @@ class Client(BaseClient):
         its releases are then charged to the population and its ancestors too. The
         population's order must be the dataset's (`InvalidRequest` otherwise, and for an
         unknown population).
+
+        `period` (``"hour"``, ``"day"``, ``"week"`` or ``"month"``, UTC) splits the dataset into
+        blocks over time: each record belongs to the block of its event's time, `epsilon` is
+        then the cap of each block, and every release and charge names the blocks it reads
+        (``blocks=("2026-12-01", "2026-12-07")`` or ``block="2026-12-05"``) and is charged on
+        each of them.
         """
         return self._run(
             self._create_dataset(
@@ -198,6 +206,7 @@ class Client(BaseClient):
                 sensitivity=sensitivity,
                 cells=cells,
                 population=population,
+                period=period,
             )
         )
 
@@ -212,6 +221,13 @@ class Client(BaseClient):
     def budget(self, dataset_id: str) -> Budget:
         """The dataset's ledger now: `order`, `total`, `spent`, `remaining`, `releases`, `dp`."""
         return self._run(self._budget(dataset_id))
+
+    def blocks(self, dataset_id: str, start: str, end: str) -> List[Block]:
+        """Every block from `start` to `end` (keys, inclusive) of a dataset split into blocks.
+
+        In order, each with its cap, spend and what is left (a block never charged has spent 0).
+        """
+        return self._run(self._blocks(dataset_id, start, end))
 
     def preview(
         self,
@@ -273,6 +289,9 @@ class Client(BaseClient):
                 their types, defaults and meaning), and ``order``, the calibration order, for
                 a mechanism that takes one. Arrays and Series are accepted. The service checks
                 them: a field the mechanism does not take is an `InvalidRequest` naming it.
+                On a dataset split into blocks, ``blocks=(first, last)`` (block keys, inclusive)
+                or ``block=key`` names the blocks the counts cover; the release is charged on
+                every one of them (`BudgetExhausted` naming the first full block otherwise).
 
         Raises:
             BudgetExhausted: the release would overspend the dataset's budget, or (as its
@@ -616,6 +635,7 @@ class AsyncClient(BaseClient):
         sensitivity: Union[Sensitivity, Mapping[str, float], None] = None,
         cells: Optional[Iterable[str]] = None,
         population: Optional[str] = None,
+        period: Optional[str] = None,
     ) -> Dataset:
         """Register a dataset and its privacy budget (admin only); see `Client.create_dataset`."""
         return await self._run(
@@ -628,6 +648,7 @@ class AsyncClient(BaseClient):
                 sensitivity=sensitivity,
                 cells=cells,
                 population=population,
+                period=period,
             )
         )
 
@@ -642,6 +663,13 @@ class AsyncClient(BaseClient):
     async def budget(self, dataset_id: str) -> Budget:
         """The dataset's ledger now: `order`, `total`, `spent`, `remaining`, `releases`, `dp`."""
         return await self._run(self._budget(dataset_id))
+
+    async def blocks(self, dataset_id: str, start: str, end: str) -> List[Block]:
+        """Every block from `start` to `end` (keys, inclusive) of a dataset split into blocks.
+
+        In order, each with its cap, spend and what is left (a block never charged has spent 0).
+        """
+        return await self._run(self._blocks(dataset_id, start, end))
 
     async def preview(
         self,

@@ -184,6 +184,30 @@ class Allocations:
 
 
 @dataclass(frozen=True)
+class Block:
+    """One block of a dataset split into blocks over time.
+
+    Its key (``2026-12-05`` for a day), its cap, what the releases that read it were charged,
+    and what is left.
+    """
+
+    key: str
+    total: float
+    spent: float
+    remaining: float
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Block:
+        """Read the service's JSON."""
+        return cls(
+            key=str(_get(doc, "key", "block")),
+            total=_float(_get(doc, "total", "block")),
+            spent=_float(_get(doc, "spent", "block")),
+            remaining=_float(_get(doc, "remaining", "block")),
+        )
+
+
+@dataclass(frozen=True)
 class DpView:
     """The (ε, δ) view of a ledger, for datasets registered with an (ε, δ) target."""
 

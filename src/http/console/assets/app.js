@@ -8,7 +8,7 @@
 
 import { call, allReleases, mechanisms, session, saveSession, clearSession, Problem } from './api.js';
 import { h, num, percent, when, clear, id } from './dom.js';
-import { budgetBar, spendChart, barChart, heatMap } from './charts.js';
+import { budgetBar, spendChart, barChart, heatMap, blockStrip } from './charts.js';
 import { renderPopulations, budgetPath } from './populations.js';
 
 const main = document.getElementById('main');
@@ -93,6 +93,84 @@ function numberInput(attrs) {
   return h('input', { type: 'number', step: 'any', inputmode: 'decimal', ...attrs });
 }
 
+/** A key of each block period, as the service writes them (UTC). */
+const BLOCK_EXAMPLE = { hour: '2026-12-05T13', day: '2026-12-05', week: '2026-W49', month: '2026-12' };
+
+/**
+ * The block `steps` periods after `key` (before it when negative), for choosing what the block
+ * strip shows; a key that does not parse gives null (the service refuses it with its reason).
+ */
+function shiftBlock(period, key, steps) {
+  const pad = (n, w = 2) => String(n).padStart(w, '0');
+  const day = (t) => `${pad(t.getUTCFullYear(), 4)}-${pad(t.getUTCMonth() + 1)}-${pad(t.getUTCDate())}`;
+  if (period === 'month') {
+    const m = /^(\d{4})-(\d{2})$/.exec(key);
+    if (!m) return null;
+    const months = Number(m[1]) * 12 + Number(m[2]) - 1 + steps;
+    return `${pad(Math.floor(months / 12), 4)}-${pad((months % 12) + 1)}`;
+  }
+  if (period === 'week') {
+    const m = /^(\d{4})-W(\d{2})$/.exec(key);
+    if (!m) return null;
+    // ISO week 1 holds 4 January; its Monday, then whole weeks.
+    const jan4 = Date.UTC(Number(m[1]), 0, 4);
+    const monday = jan4 - ((new Date(jan4).getUTCDay() + 6) % 7) * 86400e3;
+    const t = new Date(monday + ((Number(m[2]) - 1 + steps) * 7) * 86400e3);
+    const thursday = new Date(t.getTime() + 3 * 86400e3);
+    const year = thursday.getUTCFullYear();
+    const yJan4 = Date.UTC(year, 0, 4);
+    const week1 = yJan4 - ((new Date(yJan4).getUTCDay() + 6) % 7) * 86400e3;
+    return `${pad(year, 4)}-W${pad(Math.round((t.getTime() - week1) / (7 * 86400e3)) + 1)}`;
+  }
+  const m = /^(\d{4})-(\d{2})-(\d{2})(?:T(\d{2}))?$/.exec(key);
+  if (!m || (period === 'hour') !== (m[4] !== undefined)) return null;
+  const hours = period === 'hour' ? steps : steps * 24;
+  const t = new Date(Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3]), Number(m[4] ?? 0)) + hours * 3600e3);
+  return period === 'hour' ? `${day(t)}T${pad(t.getUTCHours())}` : day(t);
+}
+
+/**
+ * Spend per block of a blocked dataset: a range chosen by the user (by default the 30 blocks
+ * around the most-spent one), drawn as a bar strip with the cap marked.
+ */
+function blocksPanel(dataset) {
+  const period = dataset.blocks.period;
+  const from = h('input', { type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: BLOCK_EXAMPLE[period] });
+  const to = h('input', { type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: BLOCK_EXAMPLE[period] });
+  const slot = h('div', { 'aria-live': 'polite' });
+  const button = h('button', { type: 'submit', class: 'secondary' }, 'Show');
+  const show = async () => {
+    clear(slot);
+    if (from.value.trim() === '' || to.value.trim() === '') {
+      slot.append(h('p', { class: 'muted' }, 'No block has been charged yet.'));
+      return;
+    }
+    try {
+      const query = new URLSearchParams({ from: from.value.trim(), to: to.value.trim() });
+      const list = await call('GET', `/v1/datasets/${dataset.id}/blocks?${query}`);
+      slot.append(blockStrip(list.items));
+    } catch (error) {
+      slot.append(problemBox(error));
+    }
+  };
+  const form = h('form', { class: 'block-range', novalidate: true },
+    field('From', from), field('To', to), h('div', { class: 'actions' }, button));
+  form.addEventListener('submit', async (event) => { event.preventDefault(); await show(); });
+  const element = section(`Spend per ${period}`,
+    h('p', { class: 'hint' }, `Each ${period} of records has its own cap; a release is charged on every ${period} it reads.`),
+    form, slot);
+  /** Reloads the strip; the first time, around the most-spent block of `budget`. */
+  const reload = async (budget) => {
+    const most = budget?.blocks?.most_spent?.key;
+    if (from.value.trim() === '' && most) {
+      to.value = shiftBlock(period, most, 15) ?? most;
+      from.value = shiftBlock(period, most, -14) ?? most;
+    }
+    await show();
+  };
+  return { element, reload };
+}
+
 function section(title, ...children) {
   const headingId = id('h');
   return h('section', { class: 'card', 'aria-labelledby': headingId },
@@ -114,7 +192,19 @@ function ledgerTotal(dataset) {
  * allocation when the admin set one. `own` (the dataset page) also says when an analyst has none.
  */
 function budgetSummary(dataset, budget, { own = false } = {}) {
-  const rows = [
+  // Split into blocks: each block has the cap, the fullest one binds first; the dataset's own
+  // ledger only sums what every release cost.
+  const blocks = budget.blocks;
+  const rows = blocks ? [
+    h('div', { class: 'budget-line' },
+      budgetBar(blocks.most_spent?.spent ?? 0, blocks.total, `The fullest ${blocks.period} at order λ = ${num(budget.order)}`),
+      h('p', { class: 'budget-text' },
+        h('strong', {}, `${num(blocks.total)} per ${blocks.period}`),
+        blocks.most_spent
+          ? ` · the fullest, ${blocks.most_spent.key}, has ${num(blocks.most_spent.remaining)} left`
+          : ' · nothing charged yet',
+        h('span', { class: 'muted' }, ` (${num(budget.spent)} charged in all, over every ${blocks.period})`))),
+  ] : [
     h('div', { class: 'budget-line' },
       budgetBar(budget.spent, budget.total, `Rényi-DP budget at order λ = ${num(budget.order)}`),
       h('p', { class: 'budget-text' },
@@ -543,6 +633,11 @@ function releaseForm(dataset, listing, onReleased) {
   const shape = h('p', { class: 'hint shape', 'aria-live': 'polite' });
   const warning = h('p', { class: 'hint warning names-warning', 'aria-live': 'polite' });
   const label = h('input', { type: 'text', maxlength: 200, autocomplete: 'off', spellcheck: 'false' });
+  // A dataset split into blocks: every release names the blocks it reads (by the time of the
+  // records' events, never today's date by default).
+  const period = dataset.blocks?.period ?? null;
+  const blockFrom = h('input', { type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: period ? BLOCK_EXAMPLE[period] : '' });
+  const blockTo = h('input', { type: 'text', autocomplete: 'off', spellcheck: 'false', placeholder: 'same as from' });
   const mechanism = h('select', {}, mechanismOptions(listing, true));
   mechanism.value = (listing.find((m) => m.default) ?? listing[0]).name;
   const epsilon = numberInput({ min: 0 });
@@ -584,7 +679,7 @@ function releaseForm(dataset, listing, onReleased) {
     describe();
   };
   mechanism.addEventListener('change', () => { syncMechanism(); invalidate(); });
-  for (const control of [counts, epsilon, order, label]) control.addEventListener('input', invalidate);
+  for (const control of [counts, epsilon, order, label, blockFrom, blockTo]) control.addEventListener('input', invalidate);
   counts.addEventListener('input', () => {
     try {
       parsed = parseCounts(counts.value);
@@ -615,6 +710,15 @@ function releaseForm(dataset, listing, onReleased) {
     // Row names are public names the user typed next to the rows: the service stores them.
     if (counted.table && counted.rowNames) body.row_names = counted.rowNames;
     if (label.value.trim()) body.label = label.value.trim();
+    if (period) {
+      const from = blockFrom.value.trim();
+      const to = blockTo.value.trim();
+      if (from === '') {
+        throw new Problem(0, { title: 'Blocks are required', detail: `This dataset is split by ${period}: give the first block the release reads (e.g. ${BLOCK_EXAMPLE[period]}), and the last if it reads more than one.` });
+      }
+      if (to === '' || to === from) body.block = from;
+      else body.blocks = { from, to };
+    }
     return { body, names: { cells: counted.labels, rows: counted.rowNames ?? null } };
   };
 
@@ -622,7 +726,9 @@ function releaseForm(dataset, listing, onReleased) {
   const markField = (error) => {
     for (const control of [epsilon, order, ...fields.controls()]) control.removeAttribute('aria-invalid');
     const name = error?.body?.field;
-    const control = name === 'epsilon' ? epsilon : name === 'order' ? order : fields.control(name);
+    const control = name === 'epsilon' ? epsilon : name === 'order' ? order
+      : (name === 'block' || name === 'blocks' || name === 'blocks.from') ? blockFrom
+        : name === 'blocks.to' ? blockTo : fields.control(name);
     if (control) {
       control.setAttribute('aria-invalid', 'true');
       control.focus();
@@ -643,6 +749,9 @@ function releaseForm(dataset, listing, onReleased) {
     about,
     fieldsSlot,
     field('Label (optional)', label, 'Free text, up to 200 characters, to find this release again: it is stored with the release and shown in the list below.'),
+    period ? h('div', { class: 'field-row' },
+      field(`First block read (${period})`, blockFrom, `The ${period} of the earliest records the counts cover, by the time of their events, e.g. ${BLOCK_EXAMPLE[period]}. The release is charged its full cost on every block it reads.`),
+      field('Last block read (optional)', blockTo, 'Empty when the counts cover one block.')) : null,
     h('div', { class: 'actions' }, previewButton, releaseButton),
     result);
 
@@ -1198,6 +1307,7 @@ async function renderDataset(datasetId) {
 
   const allocations = allocationsPanel(dataset);
   const plan = planPanel(dataset, listing);
+  const blocks = dataset.blocks ? blocksPanel(dataset) : null;
   // Cell names are fixed at registration: a listing page's `cells` are the dataset's.
   let pageCells = dataset.cells ?? null;
 
@@ -1211,6 +1321,7 @@ async function renderDataset(datasetId) {
       allReleases(dataset.id),
     ]);
     clear(budgetSlot).append(budgetSummary(dataset, budget, { own: true }));
+    if (blocks) await blocks.reload(budget);
     // A dataset in no population has only itself on its path: nothing more to show.
     pathSection.hidden = !(Array.isArray(budget.path) && budget.path.length > 1);
     if (!pathSection.hidden) clear(pathSlot).append(budgetPath(budget.path, { linkPopulations: session()?.role === 'admin' }));
@@ -1281,6 +1392,7 @@ async function renderDataset(datasetId) {
     budgetSlot,
     pathSection,
     section('Spend over time', chartSlot),
+    blocks ? blocks.element : '',
     allocations.element,
     plan.element,
     section('Preview and release', form),
@@ -1331,6 +1443,8 @@ function renderNewDataset() {
   const order = numberInput({ min: 1, value: '2' });
   const delta = numberInput({ min: 0, max: 1, value: '1e-6' });
   const relation = h('select', {}, h('option', { value: 'replace_one' }, 'replace one record (Δ2² = 2, Δ∞ = 1)'), h('option', { value: 'add_remove_one' }, 'add or remove one record'));
+  const blockPeriod = h('select', {}, h('option', { value: '' }, 'no: one lifetime budget'),
+    ...['hour', 'day', 'week', 'month'].map((p) => h('option', { value: p }, `by ${p}: a cap per ${p}`)));
   const cells = h('textarea', { rows: 3, spellcheck: 'false', autocomplete: 'off' });
   const cellsCount = h('p', { class: 'hint shape', 'aria-live': 'polite' });
   cells.addEventListener('input', () => {
@@ -1359,6 +1473,7 @@ function renderNewDataset() {
     field('Order λ', order, orderHint),
     deltaField,
     field('Neighbouring relation', relation),
+    field('Split into blocks (optional)', blockPeriod, 'Records arriving over time: each hour, day, week or month of events (UTC) gets its own cap of ε, and a release is charged on every block it reads. Fixed at registration.'),
     field('Cell names (optional)', cells, 'Public names of the cells, in order: one per line, or on one line separated by commas (at least 2, all different, up to 200 characters each). They are stored with the dataset and label every chart; every release must then have exactly this many cells.'),
     cellsCount,
     errors, button);
@@ -1371,6 +1486,7 @@ function renderNewDataset() {
     if (order.value !== '') budget.order = Number(order.value);
     if (kind.value === 'dp') budget.delta = Number(delta.value);
     const body = { name: name.value, budget, neighbouring: relation.value };
+    if (blockPeriod.value !== '') body.blocks = { period: blockPeriod.value };
     try {
       const names = parseCellNames(cells.value);
       if (names) body.cells = names;

@@ -102,6 +102,43 @@ export function spendChart({ releases, total, start, end, order, before = 0 }) {
 }
 
 /**
+ * Spend per block of a dataset split into blocks: one bar per block of `items` (the blocks
+ * listing, in order), its height the block's spend, and the cap every block shares as a dashed
+ * rule. A full block (no room for anything) is drawn as critical.
+ */
+export function blockStrip(items, caption) {
+  const W = 720; const H = 220;
+  const m = { l: 48, r: 12, t: 18, b: 42 };
+  const n = items.length;
+  const cap = items[0]?.total ?? 0;
+  const vMax = Math.max(cap, maxOf(items.map((b) => b.spent))) * 1.1 || 1;
+  const band = (W - m.l - m.r) / Math.max(n, 1);
+  const y = (v) => H - m.b - (v / vMax) * (H - m.t - m.b);
+  const every = Math.ceil(n / 12);
+  const labelChars = Math.max(2, Math.floor((band * every - 4) / CHAR_PX));
+  const bars = items.map((b, i) => {
+    const level = b.remaining <= 0 ? 'critical' : b.spent >= 0.6 * b.total ? 'warning' : 'ok';
+    return s('g', { class: ['bar', 'block-bar', `level-${level}`], 'data-key': b.key, 'data-spent': b.spent },
+      s('rect', { x: m.l + i * band + band * 0.1, y: y(b.spent), width: Math.max(band * 0.8, 0.5), height: Math.max(0, y(0) - y(b.spent)) },
+        s('title', {}, `${b.key}: ${num(b.spent)} of ${num(b.total)} spent, ${num(b.remaining)} left`)),
+      i % every === 0 ? s('text', { class: 'axis-label', x: m.l + (i + 0.5) * band, y: H - m.b + 16, 'text-anchor': 'middle' }, fit(b.key, labelChars)) : null);
+  });
+  const grid = ticks(vMax * 0.999).map((v) => s('g', { class: 'tick' },
+    s('line', { x1: m.l, x2: W - m.r, y1: y(v), y2: y(v) }),
+    s('text', { x: m.l - 6, y: y(v) + 4, 'text-anchor': 'end' }, num(v, 2))));
+  const full = items.filter((b) => b.remaining <= 0).length;
+  const summary = caption || `Spend per block, ${items[0]?.key ?? ''} to ${items[n - 1]?.key ?? ''}: ${full} of ${n} blocks full`;
+  return h('figure', { class: 'chart-figure' },
+    s('svg', { class: 'chart block-strip', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': summary, 'data-blocks': n },
+      s('title', {}, summary), ...grid,
+      s('line', { class: 'axis', x1: m.l, x2: W - m.r, y1: y(0), y2: y(0) }), ...bars,
+      s('line', { class: 'total-rule', x1: m.l, x2: W - m.r, y1: y(cap), y2: y(cap) }),
+      s('text', { class: 'total-label', x: W - m.r - 4, y: y(cap) - 6, 'text-anchor': 'end' }, `cap ${num(cap)} per block`)),
+    h('figcaption', {}, summary, '. The dashed line is each block\'s cap.'),
+    dataTable(['block', 'spent', 'cap', 'left'], items.map((b) => [b.key, num(b.spent), num(b.total), num(b.remaining)])));
+}
+
+/**
  * A distribution as bars (values in [0, 1]); at most 24 bars carry an axis label, cut to the
  * room they have (each bar's title and the data table give the full name).
  */
