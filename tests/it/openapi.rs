@@ -2526,12 +2526,12 @@ async fn every_response_matches_the_description(backend: Backend) {
     .await;
     let sso_api = Api::new(&sso, &spec);
     let unknown_role = provider
-        .token("openapi", &[("dirichlet_role", "superuser")])
+        .token("alice", &[("dirichlet_role", "superuser")])
         .await;
-    let no_role = provider.token("openapi", &[]).await;
+    let no_role = provider.token("alice", &[]).await;
     let unreadable_datasets = provider
         .token(
-            "openapi",
+            "alice",
             &[
                 ("dirichlet_role", "analyst"),
                 ("dirichlet_datasets", "not-a-dataset-id"),
