@@ -231,6 +231,7 @@ async fn remove(
     responses(
         (status = 200, description = "The allocations and every change of them.", body = AllocationList),
         (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
         (status = 404, response = problems::NotFound),
         (status = 431, response = problems::HeadersTooLarge),
         (status = 500, response = problems::Internal),

@@ -101,6 +101,7 @@ fn reason() -> SchemaRef {
     responses(
         (status = 200, description = "The head and the verdict (a failed verification is still a 200).", body = AuditView),
         (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
         (status = 404, response = problems::NotFound),
         (status = 431, response = problems::HeadersTooLarge),
         (status = 500, response = problems::Internal),

@@ -285,6 +285,7 @@ fn role() -> SchemaRef {
     responses(
         (status = 200, description = "The caller.", body = WhoAmI),
         (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
         (status = 431, response = problems::HeadersTooLarge),
         (status = 500, response = problems::Internal),
         (status = 503, response = problems::ServiceUnavailable),

@@ -467,6 +467,7 @@ impl utoipa::IntoResponses for Registered {
     responses(
         (status = 200, description = "The datasets.", body = DatasetListView),
         (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
         (status = 431, response = problems::HeadersTooLarge),
         (status = 500, response = problems::Internal),
         (status = 503, response = problems::ServiceUnavailable),
@@ -494,6 +495,7 @@ async fn list(
     responses(
         (status = 200, description = "The dataset.", body = DatasetView),
         (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
         (status = 404, response = problems::NotFound),
         (status = 431, response = problems::HeadersTooLarge),
         (status = 500, response = problems::Internal),
@@ -520,6 +522,7 @@ async fn show(
         (status = 200, description = "The ledger (with the calling analyst's `allocation`, when \
                                        the admin set one).", body = BudgetView),
         (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
         (status = 404, response = problems::NotFound),
         (status = 431, response = problems::HeadersTooLarge),
         (status = 500, response = problems::Internal),
@@ -635,6 +638,7 @@ impl utoipa::IntoParams for BlocksQuery {
     responses(
         (status = 200, description = "Every block of the range, in order.", body = BlockListView),
         (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
         (status = 404, response = problems::NotFound),
         (status = 422, response = problems::InvalidRequest),
         (status = 431, response = problems::HeadersTooLarge),

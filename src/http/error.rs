@@ -201,7 +201,7 @@ problem_types! {
     Unauthorized: UNAUTHORIZED, "unauthorized", "Unauthorized",
         "No valid bearer token.";
     Forbidden: FORBIDDEN, "forbidden", "Forbidden",
-        "The operation is for the admin token only.";
+        "The operation is for the admin token only; or, with single sign-on, the provider's valid token carries no role this service knows (or a datasets claim that is not a list of dataset ids), on any authenticated operation.";
     NotFound: NOT_FOUND, "not-found", "Not found",
         "No such resource (including a malformed id), or the token may not see it.";
     MethodNotAllowed: METHOD_NOT_ALLOWED, "method-not-allowed", "Method not allowed",
@@ -539,7 +539,11 @@ pub mod problems {
             "The body is not syntactically valid JSON (or could not be read).";
         Unauthorized["WWW-Authenticate" = "#/components/headers/WwwAuthenticate"]: [Unauthorized]
             "No valid bearer token.";
-        Forbidden: [Forbidden] "The operation is for the admin token only.";
+        Forbidden: [Forbidden]
+            "The operation is for the admin token only (on the operations marked admin only); \
+             or, with single sign-on, on every authenticated operation: the provider's token is \
+             valid but carries no role this service knows (`dirichlet_role` missing or neither \
+             `admin` nor `analyst`), or a datasets claim that is not a list of dataset ids.";
         NotFound: [NotFound]
             "No such resource (including a malformed id), or the token may not see it.";
         MethodNotAllowed["Allow" = "#/components/headers/Allow"]: [MethodNotAllowed]

@@ -45,6 +45,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 200, description = "The plan; nothing was charged.", body = PlanAnswer),
         (status = 400, response = problems::MalformedRequest),
         (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
         (status = 404, response = problems::NotFound),
         (status = 413, response = problems::PayloadTooLarge),
         (status = 415, response = problems::UnsupportedMediaType),

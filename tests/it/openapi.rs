@@ -2514,6 +2514,63 @@ async fn every_response_matches_the_description(backend: Backend) {
             .await;
     }
 
+    // ---------------------------------------------------------------- 403 by single sign-on
+    // A valid token of the OpenID provider without a role this service knows is refused on every
+    // authenticated operation, admin-only or not, with the 403 each declares.
+    let provider = crate::common::oidc::Provider::start();
+    let issuer = provider.issuer.clone();
+    let sso = spawn_app_with(backend, move |s| {
+        s.oidc_issuer = Some(issuer);
+        s.oidc_audience = Some(crate::common::oidc::AUDIENCE.into());
+    })
+    .await;
+    let sso_api = Api::new(&sso, &spec);
+    let unknown_role = provider
+        .token("alice", &[("dirichlet_role", "superuser")])
+        .await;
+    let no_role = provider.token("alice", &[]).await;
+    let unreadable_datasets = provider
+        .token(
+            "alice",
+            &[
+                ("dirichlet_role", "analyst"),
+                ("dirichlet_datasets", "not-a-dataset-id"),
+            ],
+        )
+        .await;
+    let some_id = uuid::Uuid::now_v7().to_string();
+    let authenticated: Vec<Operation> = spec
+        .operations()
+        .into_iter()
+        .filter(|o| spec.at(&o.pointer)["security"].is_null())
+        .collect();
+    assert!(authenticated.len() >= 20, "{}", authenticated.len());
+    for operation in authenticated {
+        let id = if operation.path.starts_with("/v1/tokens/") {
+            "0123456789abcdef0123456789abcdef"
+        } else {
+            some_id.as_str()
+        };
+        let path = operation
+            .path
+            .replace("{id}", id)
+            .replace("{release_id}", &some_id)
+            .replace("{token_id}", "0123456789abcdef0123456789abcdef");
+        for token in [&unknown_role, &no_role, &unreadable_datasets] {
+            let mut call = sso_api.call(&operation.id, &path).token(token);
+            if operation.method != "get" && operation.method != "delete" {
+                call = call.json(json!({}));
+            }
+            call.problem(403, "forbidden").await;
+        }
+    }
+    // The same refusal through the optional authentication of `/metrics`.
+    sso_api
+        .call("metrics", "/metrics")
+        .token(&unknown_role)
+        .problem(403, "forbidden")
+        .await;
+
     // ---------------------------------------------------------------- everything was seen
     let seen = spec.seen.lock().unwrap().clone();
     let mut missing = Vec::new();

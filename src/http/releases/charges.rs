@@ -486,6 +486,7 @@ fn record(body: &ChargeBody) -> Value {
          body = ReleaseView),
         (status = 400, response = problems::MalformedRequest),
         (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
         (status = 404, response = problems::NotFound),
         (status = 409, response = problems::ReleaseConflict),
         (status = 413, response = problems::PayloadTooLarge),

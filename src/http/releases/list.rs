@@ -117,6 +117,7 @@ fn page_fits(sizes: &[(i64, i64, i64)], max_bytes: usize) -> usize {
     responses(
         (status = 200, description = "One page of releases (of release summaries with `fields=summary`).", body = ReleaseListView),
         (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
         (status = 404, response = problems::NotFound),
         (status = 422, response = problems::InvalidRequest),
         (status = 431, response = problems::HeadersTooLarge),
@@ -240,6 +241,7 @@ impl IntoParams for ReleaseId {
     responses(
         (status = 200, description = "The release.", body = ReleaseRecordView),
         (status = 401, response = problems::Unauthorized),
+        (status = 403, response = problems::Forbidden),
         (status = 404, response = problems::NotFound),
         (status = 431, response = problems::HeadersTooLarge),
         (status = 500, response = problems::Internal),

@@ -153,7 +153,11 @@ class Unauthorized(ProblemError):
 
 
 class Forbidden(ProblemError):
-    """403: the token may not do this (an analyst token on an admin-only route)."""
+    """403: the token may not do this.
+
+    An analyst token on an admin-only route; or, on any route, a single sign-on token whose role
+    claim the service does not know.
+    """
 
 
 class NotFound(ProblemError):
