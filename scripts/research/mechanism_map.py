@@ -313,8 +313,48 @@ def main() -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()
         w.writerows(rows)
+    summary(rows)
     if len(sys.argv) > 4:
         plot(rows, sys.argv[4])
+
+
+def summary(rows: List[Dict[str, Any]]) -> None:
+    """The figures the docs quote: per target kind and overall."""
+    points: Dict[Tuple[Any, ...], List[Dict[str, Any]]] = {}
+    for r in rows:
+        points.setdefault((r["order"], r["relation"], r["d"], r["n"], r["kind"]), []).append(r)
+
+    def q(xs: List[float]) -> str:
+        if not xs:
+            return "none"
+        xs = sorted(xs)
+        return f"{xs[0]:.3g} / {xs[len(xs) // 2]:.3g} / {xs[-1]:.3g} (n={len(xs)})"
+
+    for kinds in ([k] for k in KINDS + ["all"]):
+        sel = {k: v for k, v in points.items() if kinds[0] in ("all", k[4])}
+        ratios, fam_ratio, wins, auto_mech, unreached = [], [], {}, {}, 0
+        for pts in sel.values():
+            mech = [r for r in pts if r["mechanism"] != "auto"]
+            auto = [r for r in pts if r["mechanism"] == "auto"][0]
+            best = min(mech, key=lambda r: float(r["epsilon"]))
+            b = float(best["epsilon"])
+            fam = min(float(r["epsilon"]) for r in mech
+                      if family(r["mechanism"]) in ("dirichlet", "posterior"))
+            if not math.isfinite(b):
+                unreached += 1
+                continue
+            wins[family(best["mechanism"])] = wins.get(family(best["mechanism"]), 0) + 1
+            fam_ratio.append(fam / b)
+            am = auto["auto_mechanism"] if auto["auto_cost"] != "" else "unplanned"
+            auto_mech[am] = auto_mech.get(am, 0) + 1
+            if auto["auto_cost"] != "":
+                ratios.append(float(auto["auto_cost"]) / b)
+        finite_fam = [x for x in fam_ratio if math.isfinite(x)]
+        print(f"[{kinds[0]}] points {len(sel)}, no mechanism reaches {unreached}; truly best: "
+              f"{wins}; auto chose {auto_mech}")
+        print(f"  auto cost ÷ truly best ε, min / median / max: {q(ratios)}")
+        print(f"  best Dirichlet-family ε ÷ truly best ε: {q(finite_fam)}; the family "
+              f"reaches no target at any grid ε in {len(fam_ratio) - len(finite_fam)} points")
 
 
 COLOURS = {"dirichlet": "#1f77b4", "posterior": "#17becf", "gaussian": "#d62728",
