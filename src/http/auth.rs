@@ -170,7 +170,7 @@ async fn single_sign_on(
         match refusal {
             Refusal::Unauthorized(_) => ApiError::Unauthorized,
             Refusal::Forbidden(_) => ApiError::Forbidden,
-            Refusal::Unavailable => ApiError::Unavailable,
+            Refusal::Unavailable => ApiError::ProviderUnavailable,
         }
     })?;
     match identity.role {

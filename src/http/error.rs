@@ -76,6 +76,9 @@ pub enum ApiError {
     BeyondPrecision(String),
     #[error("the database is unavailable; retry later")]
     Unavailable,
+    /// Single sign-on: the provider's keys are needed to check a token and cannot be fetched.
+    #[error("the OpenID provider's keys cannot be fetched to check this token; retry later")]
+    ProviderUnavailable,
     #[error("the request took longer than the configured timeout")]
     Timeout,
     #[error("the release's commit started but its outcome is unknown (the database has not answered it in time, or the connection failed after it was sent); it may or may not have been charged: retry with the same Idempotency-Key, or read the ledger, to learn its outcome")]
@@ -129,7 +132,7 @@ impl ApiError {
             NoGuarantee(_) => ProblemType::NoGuarantee,
             CostExceedsEpsilon(_) => ProblemType::CostExceedsEpsilon,
             BeyondPrecision(_) => ProblemType::BeyondPrecision,
-            Unavailable => ProblemType::ServiceUnavailable,
+            Unavailable | ProviderUnavailable => ProblemType::ServiceUnavailable,
             Timeout => ProblemType::Timeout,
             CommitUnanswered => ProblemType::CommitOutcomeUnknown,
             Internal(_) => ProblemType::Internal,
@@ -225,7 +228,7 @@ problem_types! {
     BeyondPrecision: UNPROCESSABLE_ENTITY, "beyond-precision", "Beyond floating-point precision",
         "The f64 arithmetic cannot carry the shift the price assumes: a Gamma shape r·count + α above 2⁵⁰, where the sampler stops being exact, or r·Δ∞ below 2²⁰ ulps of the largest shape (docs/PRIVACY.md, \"Floating point\").";
     ServiceUnavailable: SERVICE_UNAVAILABLE, "service-unavailable", "Service unavailable",
-        "The database cannot be reached, is read-only or busy past its timeout, or refused or rolled back a release's commit; nothing was charged.";
+        "The database cannot be reached, is read-only or busy past its timeout, or refused or rolled back a release's commit; or, with single sign-on, the OpenID provider's keys are needed to check the token and cannot be fetched. Nothing was charged.";
     Timeout: SERVICE_UNAVAILABLE, "timeout", "Request timed out",
         "The request took longer than the configured limit before any commit started; nothing was charged.";
     CommitOutcomeUnknown: GATEWAY_TIMEOUT, "commit-outcome-unknown", "Commit outcome unknown",

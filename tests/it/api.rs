@@ -2316,7 +2316,10 @@ async fn kl_targets_and_smoothing_through_the_api(backend: Backend) {
     .await;
     assert_eq!(fixed["status"], "planned", "{fixed}");
     assert_eq!(fixed["parameters"]["sigma"], 3.0, "{fixed}");
-    assert!(fixed["parameters"]["smoothing"].as_f64().unwrap() > 0.0, "{fixed}");
+    assert!(
+        fixed["parameters"]["smoothing"].as_f64().unwrap() > 0.0,
+        "{fixed}"
+    );
     assert!(fixed["forecast"]["kl"].as_f64().unwrap() <= 0.08, "{fixed}");
     // A given `smoothing` is kept, not re-chosen.
     let given = plan(json!({"d": 6, "n": 500, "mechanism": "gaussian", "smoothing": 2.5, "target": {"kl": 0.08}})).await;

@@ -347,13 +347,16 @@ async fn an_unreachable_provider_is_503_for_its_tokens_only(backend: Backend) {
     for attempt in ["first", "again"] {
         let response = app.get("/v1/datasets", &token).await;
         let retry_after = response.headers().get("retry-after").cloned();
-        assert_problem(
+        let problem = assert_problem(
             response,
             StatusCode::SERVICE_UNAVAILABLE,
             "service-unavailable",
         )
         .await;
         assert!(retry_after.is_some(), "{attempt}: Retry-After");
+        // The detail names what is missing: the provider, not the database.
+        let detail = problem["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("OpenID provider"), "{attempt}: {problem}");
     }
     assert_eq!(
         app.get("/v1/datasets", ADMIN_TOKEN).await.status(),
