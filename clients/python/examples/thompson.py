@@ -64,8 +64,7 @@ def one_run(
         )
         alphas.append(float(released.mechanism["alpha"]))
         rows = released.distributions
-        # A list of rows went in, so a list of rows comes back (a DataFrame only for a DataFrame).
-        assert isinstance(rows, list)
+        assert rows is not None
         return [float(row[0]) for row in rows]
 
     def posterior(counts: List[Tuple[int, int]]) -> List[float]:
