@@ -42,12 +42,6 @@ def test_a_plan_parses_every_field(client: Client, dataset_id: str) -> None:
     chosen = [c for c in histogram.candidates if c.status == "chosen"]
     assert [c.mechanism for c in chosen] == [histogram.mechanism]
     assert chosen[0].forecast == histogram.forecast
-    assert chosen[0].parameters == histogram.parameters
-    # Every candidate that meets the target shows what it would run with and promise.
-    for c in histogram.candidates:
-        if c.status in ("chosen", "planned"):
-            assert isinstance(c.parameters, dr.PlanParameters) and c.parameters, c
-            assert isinstance(c.forecast, dr.AccuracyForecast), c
     # No other candidate that reaches the target is estimated cheaper than the chosen cost.
     for c in histogram.candidates:
         if c.status == "planned" and c.estimated_cost is not None:

@@ -26,9 +26,6 @@
 //! Any (c, δ, t, f, M) gives a valid η; they are only searched for a small one. Pure function:
 //! public inputs only.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
-
 use super::NoiseTail;
 
 /// The share of β spent on the truncation event {some |eᵢ| > M}.
@@ -246,44 +243,9 @@ fn golden(mut f: impl FnMut(f64) -> f64, a: f64, b: f64, steps: usize) -> f64 {
     fp.min(fq)
 }
 
-/// The bounds computed so far, by (law, d, n, β, k): a deterministic function of public
-/// inputs, asked for the same arguments many times in one plan (each pseudo-count tried is
-/// asked again for the chosen one, and the ε search revisits grid values). Cleared when full.
-type Key = (String, usize, u64, u64, u64);
-const MEMO_CAPACITY: usize = 1 << 16;
-
-fn memo() -> &'static Mutex<HashMap<Key, f64>> {
-    static MEMO: OnceLock<Mutex<HashMap<Key, f64>>> = OnceLock::new();
-    MEMO.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
 /// η with P(D_KL(x/N ‖ y) > η) ≤ β for every x of every total N ≥ n (module documentation); ∞
 /// where it is not computed (n = 0, k ≤ 0, a support beyond MAX_SUPPORT, non-finite values).
-/// Memoised: the same arguments give the same value without computing it again.
 pub fn smoothed_kl<T: NoiseTail>(law: &T, d: usize, n: f64, beta: f64, k: f64) -> f64 {
-    // The law's Debug form carries every field of it, so equal keys are equal laws.
-    let key = (
-        format!("{}{law:?}", std::any::type_name::<T>()),
-        d,
-        n.to_bits(),
-        beta.to_bits(),
-        k.to_bits(),
-    );
-    // A poisoned lock only means another thread panicked mid-insert; the map stays valid.
-    let lock = || memo().lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(v) = lock().get(&key) {
-        return *v;
-    }
-    let v = compute(law, d, n, beta, k);
-    let mut map = lock();
-    if map.len() >= MEMO_CAPACITY {
-        map.clear();
-    }
-    map.insert(key, v);
-    v
-}
-
-fn compute<T: NoiseTail>(law: &T, d: usize, n: f64, beta: f64, k: f64) -> f64 {
     let valid = n > 0.0 && n.is_finite() && d >= 1 && beta > 0.0 && beta < 1.0;
     if !(valid && k > 0.0 && k.is_finite()) {
         return f64::INFINITY;

@@ -130,7 +130,6 @@ fn not_applicable(k: Kind, reason: String) -> CandidateAnswer {
         mechanism: k,
         status: CandidateStatus::NotApplicable,
         estimated_cost: None,
-        parameters: None,
         forecast: None,
         shortfall: None,
         reason: Some(reason),
@@ -256,7 +255,6 @@ fn plan_epsilon<'a>(
                     mechanism: k,
                     status: CandidateStatus::Planned,
                     estimated_cost: Some(x.cost.to_f64()),
-                    parameters: Some(x.parameters.clone()),
                     forecast: Some(frame.forecast(x.bounds)),
                     shortfall: None,
                     reason: None,
@@ -372,7 +370,6 @@ fn plan_target<'a>(
         }
     }
     if let Some((slot, k, x)) = best {
-        show_unrefined(&found, frame, &mut answers);
         answers[slot].status = CandidateStatus::Chosen;
         return chosen_answer(k, x, frame, answers);
     }
@@ -405,7 +402,6 @@ fn analysed(c: &dyn Candidate, _frame: &Frame, answer: &mut CandidateAnswer) -> 
             mechanism: k,
             status: CandidateStatus::Planned,
             estimated_cost: Some(*estimate),
-            parameters: None,
             forecast: None,
             shortfall: None,
             reason: None,
@@ -414,7 +410,6 @@ fn analysed(c: &dyn Candidate, _frame: &Frame, answer: &mut CandidateAnswer) -> 
             mechanism: k,
             status: CandidateStatus::Unreachable,
             estimated_cost: None,
-            parameters: None,
             forecast: None,
             shortfall: Some(*short),
             reason: None,
@@ -422,31 +417,6 @@ fn analysed(c: &dyn Candidate, _frame: &Frame, answer: &mut CandidateAnswer) -> 
         Found::Fails(reason) => not_applicable(k, reason.clone()),
     };
     f
-}
-
-/// The parameters and forecast of every candidate that reaches the target but was not refined
-/// (its estimate already above the chosen cost): its release's own plan at the bracket's
-/// meeting end, shown only where that plan meets the target.
-fn show_unrefined<'a>(
-    found: &[(usize, Box<dyn Candidate + 'a>, Found)],
-    frame: &Frame,
-    answers: &mut [CandidateAnswer],
-) {
-    for (slot, c, f) in found {
-        let Found::Reaches { units, hi, .. } = f else {
-            continue;
-        };
-        let answer = &mut answers[*slot];
-        if answer.parameters.is_some() || answer.status != CandidateStatus::Planned {
-            continue;
-        }
-        if let Ok(x) = c.exact(units.unwrap_or(*hi)) {
-            if frame.meets(x.bounds) {
-                answer.forecast = Some(frame.forecast(x.bounds));
-                answer.parameters = Some(x.parameters);
-            }
-        }
-    }
 }
 
 /// Refine the candidates that reach the target, cheapest estimate first, into `best` (the
@@ -476,7 +446,6 @@ fn refine_cheapest<'a>(
         match c.units(f).and_then(|u| c.exact(u)) {
             Ok(x) => {
                 answers[*slot].forecast = Some(frame.forecast(x.bounds));
-                answers[*slot].parameters = Some(x.parameters.clone());
                 let better = best
                     .as_ref()
                     .is_none_or(|(j, _, b)| (x.cost, *slot) < (b.cost, *j));

@@ -318,11 +318,7 @@ pub struct CandidateAnswer {
     /// ~1e-8 of it); ε given: its cost. What `"auto"` ranks by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimated_cost: Option<f64>,
-    /// The parameters it would run with, named as in its mechanism record: at the item's ε for
-    /// the chosen candidate, at the grid ε just meeting the target for another that meets it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parameters: Option<Parameters>,
-    /// The forecast at the ε of its `parameters` (exact for the chosen candidate).
+    /// The forecast at the planned ε (exact for the chosen candidate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forecast: Option<Forecast>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

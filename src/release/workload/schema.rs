@@ -134,7 +134,6 @@ fn candidate() -> SchemaRef {
                  by); with `epsilon` given, its cost.",
             )),
         )
-        .property("parameters", schema::component("PlanParameters"))
         .property("forecast", schema::component("AccuracyForecast"))
         .property("shortfall", schema::component("Shortfall"))
         .property("reason", schema::string())

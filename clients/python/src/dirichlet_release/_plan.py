@@ -268,14 +268,12 @@ class PlanCandidate:
     `shortfall`), ``"not_applicable"`` (`reason` says why) or ``"outranked"`` (ruled out by a
     lower bound on its cost before its exact plan; `reason`). `estimated_cost` is the price
     of its continuous optimum before grid rounding (what ``auto`` ranks by), or its cost at
-    the given ε. `parameters` and `forecast` are what it would run with and promise: at the
-    item's ε for the chosen candidate, at the ε just meeting the target for another planned one.
+    the given ε.
     """
 
     mechanism: str
     status: str
     estimated_cost: Optional[float] = None
-    parameters: Optional[PlanParameters] = None
     forecast: Optional[AccuracyForecast] = None
     shortfall: Optional[Shortfall] = None
     reason: Optional[str] = None
@@ -286,12 +284,10 @@ class PlanCandidate:
         what = "plan candidate"
         doc = j.obj(doc, what)
         forecast, shortfall, reason = doc.get("forecast"), doc.get("shortfall"), doc.get("reason")
-        parameters = doc.get("parameters")
         return cls(
             mechanism=j.string(j.get(doc, "mechanism", what), "candidate mechanism"),
             status=j.one_of(j.get(doc, "status", what), CANDIDATE_STATUSES, "candidate status"),
             estimated_cost=j.opt_number(doc, "estimated_cost", what),
-            parameters=None if parameters is None else PlanParameters.from_json(parameters),
             forecast=None if forecast is None else AccuracyForecast.from_json(forecast),
             shortfall=None if shortfall is None else Shortfall.from_json(shortfall),
             reason=None if reason is None else j.string(reason, "candidate reason"),
