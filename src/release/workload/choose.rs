@@ -2,7 +2,7 @@
 //! (the best forecast wins), or every candidate's search for the target (the cheapest wins),
 //! with `"auto"` planning a costly candidate only once its cheap bounds say it could win.
 
-use super::item::{applicable, own_params, Goal, Item};
+use super::item::{Goal, Item};
 use super::search::{candidate, Candidate, Exact, Found, Frame};
 use super::{
     Cancel, Cancelled, CandidateAnswer, CandidateStatus, ItemAnswer, ItemStatus, MechanismChoice,
@@ -11,8 +11,40 @@ use super::{
 use crate::ledger::Units;
 use crate::privacy::accuracy::Bounds;
 use crate::privacy::Epsilon;
-use crate::release::mechanism::{Cache, Context, Optimistic, Setup, GRID};
-use crate::release::mechanisms::{Kind, KindVisitor, Registered};
+use crate::release::mechanism::{Cache, Context, Optimistic, Params, Setup, GRID};
+use crate::release::mechanisms::{self, Kind, KindVisitor, Registered};
+
+/// Whether mechanism `k` can run this item at all (the field at fault and why not): the rules
+/// of the registry (tables), its own fields, and its own planning rules.
+pub fn applicable(k: Kind, item: &Item, ctx: &Context) -> Result<(), (&'static str, String)> {
+    struct Applicable<'a> {
+        item: &'a Item,
+        ctx: &'a Context,
+    }
+    impl KindVisitor for Applicable<'_> {
+        type Output = Result<(), (&'static str, String)>;
+        fn visit<M: Registered>(self) -> Self::Output {
+            if let Some(refusal) = mechanisms::table_refusal(M::KIND, &self.item.shape) {
+                return Err(refusal);
+            }
+            let settings = M::settings(&own_params::<M>(&self.item.params), self.ctx)
+                .map_err(|e| (e.field, e.message))?;
+            M::plannable(&settings, &self.item.shape, self.ctx)
+        }
+    }
+    k.visit(Applicable { item, ctx })
+}
+
+/// The item's fields `M` takes.
+fn own_params<M: Registered>(params: &Params) -> Params {
+    Params::new(
+        params
+            .iter()
+            .filter(|(name, _)| M::KIND.takes(name))
+            .cloned()
+            .collect(),
+    )
+}
 
 /// A candidate mechanism: ready to plan, deferred until the others are planned (its cheap
 /// bounds first), or not applicable.

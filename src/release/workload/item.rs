@@ -231,7 +231,8 @@ pub fn parse(i: usize, it: &PlanItem, ctx: &Context) -> Result<Item, WorkloadErr
     match named {
         // A named mechanism must be able to run the item: its own fields, its own rules.
         Some(k) => {
-            applicable(k, &item, ctx).map_err(|(field, reason)| err(field, &reason))?;
+            super::choose::applicable(k, &item, ctx)
+                .map_err(|(field, reason)| err(field, &reason))?;
         }
         // `"auto"`: a field every mechanism that takes it refuses for its value is a mistake
         // in the item, not a reason to drop those mechanisms.
@@ -240,7 +241,7 @@ pub fn parse(i: usize, it: &PlanItem, ctx: &Context) -> Result<Item, WorkloadErr
                 let refusals: Vec<(&'static str, String)> = Kind::ALL
                     .into_iter()
                     .filter(|k| k.in_auto() && k.takes(field))
-                    .map(|k| applicable(k, &item, ctx).err())
+                    .map(|k| super::choose::applicable(k, &item, ctx).err())
                     .collect::<Option<_>>()
                     .unwrap_or_default();
                 if let Some((_, reason)) = refusals
@@ -254,36 +255,4 @@ pub fn parse(i: usize, it: &PlanItem, ctx: &Context) -> Result<Item, WorkloadErr
         }
     }
     Ok(item)
-}
-
-/// Whether mechanism `k` can run this item at all (the field at fault and why not): the rules
-/// of the registry (tables), its own fields, and its own planning rules.
-pub fn applicable(k: Kind, item: &Item, ctx: &Context) -> Result<(), (&'static str, String)> {
-    struct Applicable<'a> {
-        item: &'a Item,
-        ctx: &'a Context,
-    }
-    impl KindVisitor for Applicable<'_> {
-        type Output = Result<(), (&'static str, String)>;
-        fn visit<M: Registered>(self) -> Self::Output {
-            if let Some(refusal) = mechanisms::table_refusal(M::KIND, &self.item.shape) {
-                return Err(refusal);
-            }
-            let settings = M::settings(&own_params::<M>(&self.item.params), self.ctx)
-                .map_err(|e| (e.field, e.message))?;
-            M::plannable(&settings, &self.item.shape, self.ctx)
-        }
-    }
-    k.visit(Applicable { item, ctx })
-}
-
-/// The item's fields `M` takes.
-pub(super) fn own_params<M: Registered>(params: &Params) -> Params {
-    Params::new(
-        params
-            .iter()
-            .filter(|(name, _)| M::KIND.takes(name))
-            .cloned()
-            .collect(),
-    )
 }

@@ -573,7 +573,7 @@ fn kl_forecasts_hold_at_the_planned_epsilon() {
 
 /// The check can fail: the same draws against a shrunken KL bound exceed it far more often than
 /// a bound at its confidence may — half the Dirichlet family's (nearly attained at the one-hot
-/// count), 0.3 of a smoothed baseline's (whose worst observed quantile is 0.35–0.91 of it).
+/// count), 0.3 of a smoothed baseline's (about twice its observed quantile).
 #[test]
 fn shrunken_kl_bounds_are_caught() {
     use serde_json::json;
