@@ -112,7 +112,10 @@ cleanup() {
   for node in pg1 pg2 monitor; do
     [ -f "$work/$node/postmaster.pid" ] && postmasters+=("$(head -1 "$work/$node/postmaster.pid")")
   done
-  for pid in "${keeper[@]}"; do trees+=("$pid" $(descendants "$pid")); done
+  for pid in "${keeper[@]}"; do
+    trees+=("$pid")
+    mapfile -t -O "${#trees[@]}" trees < <(descendants "$pid")
+  done
   for pid in "${trees[@]}"; do
     [[ " ${postmasters[*]} " == *" $pid "* ]] || kill -9 "$pid" 2>/dev/null || true
   done
