@@ -17,7 +17,7 @@
 # Besides req/s, each figure reports the releases per transaction of the releases it stored
 # (rows one transaction inserted share `xmin`) and the share committed alone.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 short=0
 [ "${1:-}" = "--short" ] && short=1

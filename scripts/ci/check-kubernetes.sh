@@ -13,7 +13,7 @@
 # Installs the tools with pip into target/tools-venv (override with TOOLS_VENV). Exits non-zero on
 # the first failure.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 # shellcheck source=scripts/ci/tools-venv.sh
 . scripts/ci/tools-venv.sh

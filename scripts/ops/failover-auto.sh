@@ -36,7 +36,7 @@
 # BIN (default target/debug/dirichlet-release, built if missing) is the service. KEEP=1 keeps the
 # temporary directory.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 repo=$PWD
 
 mode=full
