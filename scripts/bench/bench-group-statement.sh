@@ -68,7 +68,9 @@ def members(n, keyed):
            '{{"kind": "dirichlet"}}'::text AS mechanism, decode(repeat('ab', 128), 'hex') AS distribution,
            16::int8 AS dimension, NULL::int8 AS table_rows, NULL::text AS label,
            decode(repeat('01', 40), 'hex') AS link_prefix, decode(repeat('02', 60), 'hex') AS link_suffix,
-           NULL::text AS row_names, {key} AS idempotency_key, {fingerprint} AS fingerprint, g::int8 AS ord
+           NULL::text AS row_names, {key} AS idempotency_key, {fingerprint} AS fingerprint,
+           NULL::text AS block_period, NULL::int8 AS block_first, NULL::int8 AS block_last,
+           NULL::text AS block_from, NULL::text AS block_to, g::int8 AS ord
       FROM generate_series(1, {n}) AS g
 ), tokens"""
 
